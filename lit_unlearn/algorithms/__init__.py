@@ -1,0 +1,33 @@
+"""Framework-free unlearning math: pure functions on tensors, shared by every trainer."""
+
+from lit_unlearn.algorithms.blocks import GROUPINGS, block_index, block_stats, combine_into, tensor_stats
+from lit_unlearn.algorithms.hamu import (
+    INFEASIBLE_POLICIES,
+    QUOTA_ALLOCATIONS,
+    VARIANTS,
+    BlockSolution,
+    Branch,
+    HamuStep,
+    allocate_quota,
+    clip_scales,
+    hamu_step,
+    solve_blocks,
+)
+
+__all__ = [
+    "GROUPINGS",
+    "INFEASIBLE_POLICIES",
+    "QUOTA_ALLOCATIONS",
+    "VARIANTS",
+    "BlockSolution",
+    "Branch",
+    "HamuStep",
+    "allocate_quota",
+    "block_index",
+    "block_stats",
+    "clip_scales",
+    "combine_into",
+    "hamu_step",
+    "solve_blocks",
+    "tensor_stats",
+]

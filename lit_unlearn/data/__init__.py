@@ -1,0 +1,13 @@
+from lit_unlearn.data.arrays import ArrayDataset, ImageSource, ImageSplits
+from lit_unlearn.data.cifar10 import Cifar10Source, read_cifar10_batch
+from lit_unlearn.data.datamodules import ClassificationDataModule, PairedDataModule, UnlearningDataModule
+from lit_unlearn.data.digits import DigitsSource
+from lit_unlearn.data.forget_sets import ClassForget, ForgetSpec, IndexForget, MixtureForget, RandomForget, check_split
+from lit_unlearn.data.paired import PairedBatchStream, ResumableDataLoader, stream_positions
+
+__all__ = [
+    "ArrayDataset", "ImageSource", "ImageSplits", "Cifar10Source", "read_cifar10_batch",
+    "ClassificationDataModule", "PairedDataModule", "UnlearningDataModule", "DigitsSource",
+    "ClassForget", "ForgetSpec", "IndexForget", "MixtureForget", "RandomForget", "check_split",
+    "PairedBatchStream", "ResumableDataLoader", "stream_positions",
+]

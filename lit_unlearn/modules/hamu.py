@@ -1,0 +1,154 @@
+"""HAMU as a LightningModule: two backward passes per step, then the per-layer constrained update.
+
+Per step: g_r = ∇L(retain batch), g_f = ∇L(forget batch); three scalars per block; the closed-form solution
+(lit_unlearn.algorithms.hamu); δ written into p.grad as −δ and applied by plain SGD(lr=1). The maths lives in
+`hamu_step`; this file only moves tensors and logs.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from lit_unlearn.algorithms import (
+    GROUPINGS,
+    INFEASIBLE_POLICIES,
+    QUOTA_ALLOCATIONS,
+    HamuStep,
+    block_index,
+    block_stats,
+    combine_into,
+    hamu_step,
+    tensor_stats,
+)
+from lit_unlearn.modules.unlearning import UnlearningModule
+
+__all__ = ["HAMUModule"]
+
+UpdateGuard = Callable[[HamuStep], bool]
+
+
+class HAMUModule(UnlearningModule):
+    def __init__(
+        self,
+        network: nn.Module,
+        target_ckpt: str | None = None,
+        eta: float = 1e-4,
+        quota: float = 5e-5,
+        variant: str = "Q",
+        grouping: str = "parameter",
+        allocation: str = "norm_product",
+        clip_norm: float | None = 1.0,
+        infeasible: str = "best_effort",
+        measure_every_n_steps: int = 0,
+        freeze_batchnorm: bool = True,
+        log_every_n_steps: int | None = None,
+    ) -> None:
+        """
+        Args:
+            eta: η; the trust radius of block i is R_i = η‖g_r⁽ⁱ⁾‖ (HAMU-U: η‖g_f⁽ⁱ⁾‖).
+            quota: Q, the first-order forget-loss increase demanded per step (variant "Q"), or U, the retain-loss
+                decrease demanded per step (variant "U"). Split over blocks by `allocation`. Q < η is advised.
+            variant: "Q" (min retain damage s.t. forget gain ≥ Q) or "U" (max forget gain s.t. retain gain ≥ U).
+            grouping: blocks ("layers") = each "parameter" tensor, each "module", or one "global" block.
+            allocation: "norm_product" (Q_i ∝ ‖g_r⁽ⁱ⁾‖‖g_f⁽ⁱ⁾‖), "uniform" or "softmax_dot".
+            clip_norm: g_r and g_f are each clipped to this global norm first (None/0: no clipping).
+            infeasible: blocks where Q_i > R_i‖g_f⁽ⁱ⁾‖ take the "best_effort" step R_i ĝ_f (the most forget gain
+                the ball allows) or are left untouched ("skip"). Either way they are counted and logged.
+            measure_every_n_steps: every n steps re-evaluate both batches after the update and log the measured
+                loss changes next to the first-order predictions (two extra forward passes; 0 = never).
+        """
+        super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
+        if variant not in ("Q", "U"):
+            raise ValueError(f"variant={variant!r}: choose 'Q' or 'U'")
+        if grouping not in GROUPINGS:
+            raise ValueError(f"grouping={grouping!r}: choose one of {GROUPINGS}")
+        if allocation not in QUOTA_ALLOCATIONS:
+            raise ValueError(f"allocation={allocation!r}: choose one of {QUOTA_ALLOCATIONS}")
+        if infeasible not in INFEASIBLE_POLICIES:
+            raise ValueError(f"infeasible={infeasible!r}: choose one of {INFEASIBLE_POLICIES}")
+        if not (eta > 0 and math.isfinite(eta)):
+            raise ValueError(f"eta must be positive and finite, got {eta}")
+        if not (quota >= 0 and math.isfinite(quota)):
+            raise ValueError(f"quota must be ≥ 0 and finite, got {quota}")
+        if quota >= eta:
+            # With clipped gradients the largest reachable first-order gain per step is η·Σ‖g_r⁽ⁱ⁾‖‖g_f⁽ⁱ⁾‖ ≤ η.
+            warnings.warn(f"quota={quota} ≥ eta={eta}: the quota can never be met after clipping (needs Q < η); "
+                          "every step will be infeasible", stacklevel=2)
+        self.save_hyperparameters(ignore=["network"])
+        self.eta, self.quota, self.variant = eta, quota, variant
+        self.grouping, self.allocation, self.clip_norm, self.infeasible = grouping, allocation, clip_norm, infeasible
+        self.measure_every_n_steps = measure_every_n_steps
+        self.update_guards: list[UpdateGuard] = []
+        self.last_step: HamuStep | None = None
+        self._index: Tensor | None = None
+        self.block_names: list[str] = []
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        self._index, self.block_names = block_index(self.trainable_named_parameters, self.grouping)
+
+    def register_update_guard(self, guard: UpdateGuard) -> None:
+        """A guard sees each step's solution before it is applied and returns False to veto it (κ₂ stopping)."""
+        if guard not in self.update_guards:
+            self.update_guards.append(guard)
+
+    def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
+        opt = self.optimizers()
+        loss_r = self.checked_loss(retain_batch, "retain")
+        grads_r = self.gradients(loss_r, release=True)
+        loss_f = self.checked_loss(forget_batch, "forget")
+        grads_f = self.gradients(loss_f, release=False)  # stays in p.grad: the update is written over it
+
+        n_blocks = len(self.block_names)
+        rr, ff, rf = (block_stats(s, self._index, n_blocks) for s in tensor_stats(grads_r, grads_f))
+        step = hamu_step(rr, ff, rf, eta=self.eta, quota=self.quota, variant=self.variant,
+                         allocation=self.allocation, clip_norm=self.clip_norm, infeasible=self.infeasible)
+        self.last_step = step
+
+        apply = all(guard(step) for guard in self.update_guards)
+        if apply:
+            idx = self._index.to(step.coef_f.device)
+            neg_f = (-step.coef_f[idx]).tolist()
+            neg_r = (-step.coef_r[idx]).tolist()
+            combine_into(grads_f, grads_f, grads_r, neg_f, neg_r)  # p.grad = −δ
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+        logs: dict[str, float] = {}
+        if apply and self.measure_every_n_steps and self.global_step % self.measure_every_n_steps == 0:
+            with torch.no_grad(), self.preserved_buffers():
+                logs["hamu/meas_delta_forget_loss"] = (self.compute_loss(forget_batch) - loss_f).item()
+                logs["hamu/meas_neg_delta_retain_loss"] = (loss_r - self.compute_loss(retain_batch)).item()
+        if self.should_compute_diagnostics():
+            logs.update(self.diagnostics(step, loss_r, loss_f, applied=apply))
+        return logs
+
+    @staticmethod
+    def diagnostics(step: HamuStep, loss_r: Tensor, loss_f: Tensor, applied: bool = True) -> dict[str, float]:
+        sol, glob = step.solution, step.global_solution
+        kappa2 = sol.kappa2[~torch.isnan(sol.kappa2)]
+        logs = {
+            "train/retain_loss": loss_r.item(),
+            "train/forget_loss": loss_f.item(),
+            "hamu/kappa_mean": sol.kappa.mean().item(),
+            "hamu/kappa1_mean": sol.kappa1.mean().item(),
+            "hamu/kappa2_mean": kappa2.mean().item() if kappa2.numel() else float("nan"),
+            "hamu/kappa_global": glob.kappa.item(),
+            "hamu/kappa2_global": glob.kappa2.item(),
+            "hamu/retain_grad_norm": step.retain_norm.item(),
+            "hamu/forget_grad_norm": step.forget_norm.item(),
+            "hamu/reachable_gain": step.reachable_gain,
+            "hamu/quota": step.total_quota,
+            "hamu/irreconcilable": float(step.irreconcilable),
+            "hamu/pred_delta_forget_loss": step.pred_delta_forget.item(),
+            "hamu/pred_neg_delta_retain_loss": -step.pred_delta_retain.item(),
+            "hamu/update_applied": float(applied),
+        }
+        for name, count in step.branch_counts().items():
+            logs[f"hamu/branch_{name}"] = float(count)
+        return logs

@@ -1,0 +1,212 @@
+"""Shared glue for unlearning trainers (manual optimization over (retain, forget) batch pairs).
+
+A subclass implements `unlearning_step(retain_batch, forget_batch) -> dict of scalars to log`. This base:
+loads the target weights, keeps BatchNorm statistics frozen (the paper's setting), turns a NaN/inf loss into a
+clear error, collects per-batch gradients, evaluates the named eval sets before training (kept in the
+checkpoint, so ΔL is always measured against the true start) and during validation, and at the end writes and
+prints the before/after table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+
+from lit_unlearn.checkpoints import load_network_weights
+from lit_unlearn.reporting import evaluate_splits, format_table, per_sample_stats, results_rows, write_results
+
+__all__ = ["UnlearningModule"]
+
+_BN_TYPES = (nn.modules.batchnorm._BatchNorm,)
+
+
+class UnlearningModule(pl.LightningModule):
+    def __init__(
+        self,
+        network: nn.Module,
+        target_ckpt: str | None = None,
+        freeze_batchnorm: bool = True,
+        log_every_n_steps: int | None = None,
+    ) -> None:
+        """
+        Args:
+            network: the model to unlearn (e.g. `lit_unlearn.models.CifarResNet`).
+            target_ckpt: weights of the trained target (a `lit-unlearn pretrain` checkpoint or a state dict).
+            freeze_batchnorm: keep BatchNorm layers in eval mode while unlearning (running statistics frozen,
+                affine parameters still updated), as in the HAMU paper.
+            log_every_n_steps: compute the (cheap but not free) diagnostics every n steps; defaults to the
+                Trainer's `log_every_n_steps`.
+        """
+        super().__init__()
+        self.automatic_optimization = False
+        self.network = network
+        self.target_ckpt = target_ckpt
+        if target_ckpt:
+            load_network_weights(network, target_ckpt)
+        self.freeze_batchnorm = freeze_batchnorm
+        self._log_every = log_every_n_steps
+        self.initial_eval: dict[str, dict[str, float]] | None = None
+        self.final_eval: dict[str, dict[str, float]] | None = None
+        self.val_metrics = nn.ModuleDict()
+        self._eval_names: list[str] = []
+        self._params: list[nn.Parameter] = []
+
+    # ----- hooks a subclass may override -------------------------------------------------------------------------
+    def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float | Tensor]:
+        raise NotImplementedError
+
+    def compute_loss(self, batch) -> Tensor:
+        """Mean task loss of a batch (cross-entropy on (images, labels) by default)."""
+        x, y = batch
+        return F.cross_entropy(self.network(x), y)
+
+    # ----- helpers for subclasses ----------------------------------------------------------------------------------
+    @property
+    def trainable_named_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        return [(n, p) for n, p in self.network.named_parameters() if p.requires_grad]
+
+    def checked_loss(self, batch, which: str) -> Tensor:
+        loss = self.compute_loss(batch)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"the {which} loss is {loss.item()} at step {self.global_step}: the model has diverged or the inputs "
+                "contain NaN/inf. Lower the step size (eta / lr), check the data, or resume from an earlier checkpoint."
+            )
+        return loss
+
+    def gradients(self, loss: Tensor, release: bool = True) -> list[Tensor]:
+        """Backward `loss` alone and return one gradient per trainable parameter (zeros where unused).
+
+        release=True hands the gradient tensors over (p.grad is reset to None), so the next backward allocates
+        fresh ones and nothing is copied; release=False leaves them in p.grad, where an update can be written.
+        """
+        params = self._params
+        for p in params:
+            p.grad = None
+        self.manual_backward(loss)
+        grads = []
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
+            if release:
+                p.grad = None
+        return grads
+
+    def should_compute_diagnostics(self) -> bool:
+        every = self._log_every or (self.trainer.log_every_n_steps if self._trainer is not None else 1) or 1
+        return self.global_step % every == 0
+
+    @contextlib.contextmanager
+    def preserved_buffers(self) -> Iterator[None]:
+        """Extra forward passes (e.g. measuring a step's effect) must not move BatchNorm running statistics."""
+        saved = [b.detach().clone() for b in self.network.buffers()]
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for b, s in zip(self.network.buffers(), saved):
+                    b.copy_(s)
+
+    # ----- Lightning plumbing ------------------------------------------------------------------------------------
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if mode:
+            self._freeze_batchnorm()
+        return self
+
+    def _freeze_batchnorm(self) -> None:
+        if self.freeze_batchnorm:
+            for m in self.network.modules():
+                if isinstance(m, _BN_TYPES):
+                    m.eval()
+
+    def setup(self, stage: str) -> None:
+        self._params = [p for _, p in self.trainable_named_parameters]
+        if not self._params:
+            raise ValueError("the network has no trainable parameters: nothing to unlearn")
+        dm = self.trainer.datamodule if self._trainer is not None else None
+        names = getattr(dm, "eval_split_names", [])
+        for name in names:
+            if f"{name}_loss" not in self.val_metrics:
+                self.val_metrics[f"{name}_loss"] = MeanMetric()
+                self.val_metrics[f"{name}_acc"] = MeanMetric()
+        self._eval_names = list(names)
+
+    def configure_optimizers(self):
+        # The trainer computes the whole update δ itself and writes p.grad = −δ; plain SGD with lr 1 applies it
+        # (and gives Lightning an optimizer to count steps, checkpoint and, under sharding, to wrap).
+        return torch.optim.SGD(self._params or [p for _, p in self.trainable_named_parameters], lr=1.0)
+
+    def training_step(self, batch, batch_idx: int):
+        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+            raise TypeError("unlearning trainers expect (retain_batch, forget_batch) pairs: use a PairedDataModule")
+        retain_batch, forget_batch = batch
+        logs = self.unlearning_step(retain_batch, forget_batch)
+        if logs:
+            self.log_dict({k: float(v) for k, v in logs.items()}, on_step=True, on_epoch=False, prog_bar=False)
+
+    def _eval_loaders(self):
+        dm = self.trainer.datamodule
+        if dm is None or not hasattr(dm, "eval_dataloaders"):
+            return {}
+        return dm.eval_dataloaders()
+
+    def on_train_start(self) -> None:
+        if self.initial_eval is None:  # a resumed run keeps the true starting point from its checkpoint
+            self.initial_eval = evaluate_splits(self.network, self._eval_loaders(), self.device)
+            for split, vals in self.initial_eval.items():
+                self.print_once(f"before unlearning: {split}: loss {vals['loss']:.4f} acc {vals['acc']:.4f}")
+        # Lightning does not call .train() when fitting starts (and the evaluation above restored the modes):
+        # freeze here; validation loops restore per-module modes afterwards, so this holds for the whole fit.
+        self._freeze_batchnorm()
+
+    def print_once(self, msg: str) -> None:
+        rank_zero_info(msg)
+
+    def validation_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+        x, y = batch
+        loss, ok = per_sample_stats(self.network(x), y)
+        name = self._eval_names[dataloader_idx]
+        self.val_metrics[f"{name}_loss"].update(loss)
+        self.val_metrics[f"{name}_acc"].update(ok)
+
+    def on_validation_epoch_end(self) -> None:
+        values = {}
+        for name in self._eval_names:
+            for kind in ("loss", "acc"):
+                metric = self.val_metrics[f"{name}_{kind}"]
+                if metric.update_count:
+                    values[f"val/{name}_{kind}"] = metric.compute()
+                metric.reset()
+        if self.initial_eval is not None:
+            if "val/forget_loss" in values and "forget" in self.initial_eval:
+                values["unlearn/delta_forget_loss"] = values["val/forget_loss"] - self.initial_eval["forget"]["loss"]
+            if "val/retain_loss" in values and "retain" in self.initial_eval:
+                values["unlearn/neg_delta_retain_loss"] = self.initial_eval["retain"]["loss"] - values["val/retain_loss"]
+        # No DDP sync needed: MeanMetric.compute() already reduces across processes.
+        self.log_dict(values, on_epoch=True, add_dataloader_idx=False)
+
+    def on_fit_end(self) -> None:
+        loaders = self._eval_loaders()
+        if not loaders or self.initial_eval is None:
+            return
+        self.final_eval = evaluate_splits(self.network, loaders, self.device)
+        if self.trainer.is_global_zero:
+            rows = results_rows(self.initial_eval, self.final_eval)
+            folder = self.trainer.log_dir or self.trainer.default_root_dir
+            path = write_results(rows, folder, extra={"global_step": self.global_step, "method": type(self).__name__})
+            print(f"\n{type(self).__name__} after {self.global_step} steps\n{format_table(rows)}\n(written to {path})")
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["unlearning_initial_eval"] = self.initial_eval
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.initial_eval = checkpoint.get("unlearning_initial_eval")

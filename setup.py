@@ -1,0 +1,53 @@
+"""Packaging for lit-unlearn.
+
+`callbacks/` and `configs/` live at the top level of the repository (the design card's layout) but are
+installed under the package namespace, as `lit_unlearn.callbacks` and `lit_unlearn.configs`, so no generic
+top-level `callbacks` module lands in site-packages.
+"""
+
+from setuptools import setup
+
+PACKAGES = [
+    "lit_unlearn",
+    "lit_unlearn.algorithms",
+    "lit_unlearn.data",
+    "lit_unlearn.models",
+    "lit_unlearn.modules",
+    "lit_unlearn.callbacks",
+    "lit_unlearn.configs",
+]
+
+setup(
+    name="lit-unlearn",
+    version="0.1.0",
+    description="Machine unlearning (HAMU, OFMU and baselines) as PyTorch Lightning trainers",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=PACKAGES,
+    package_dir={
+        "lit_unlearn": "lit_unlearn",
+        "lit_unlearn.callbacks": "callbacks",
+        "lit_unlearn.configs": "configs",
+    },
+    package_data={"lit_unlearn.configs": ["*.yaml"]},
+    include_package_data=True,
+    # torch is pinned by the install instructions (a CPU wheel is installed first); a range here keeps pip
+    # from replacing it.
+    install_requires=[
+        "torch>=2.4",
+        "lightning==2.6.6",
+        "torchmetrics>=1.4",
+        "lightning-utilities>=0.11",
+        "tensorboard>=2.15",
+        "jsonargparse[signatures]>=4.32",
+        "numpy>=1.24",
+        "scipy>=1.10",
+        "scikit-learn>=1.3",
+    ],
+    extras_require={
+        "test": ["pytest>=8"],
+        "plots": ["matplotlib>=3.7"],
+    },
+    entry_points={"console_scripts": ["lit-unlearn=lit_unlearn.cli:main"]},
+)

@@ -1,0 +1,106 @@
+"""End-to-end through the `lit-unlearn` console script: pretrain → unlearn, and SIGKILL → resume bit for bit."""
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+TINY_NET = ["--model.init_args.network.init_args.depth=8"]
+
+
+def cli(args, cwd, env, check=True):
+    proc = subprocess.run([shutil.which("lit-unlearn") or sys.executable + " -m lit_unlearn.cli", *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"lit-unlearn {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                             f"{proc.stderr[-5000:]}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    """A small target trained through `lit-unlearn pretrain` (shared by the tests below)."""
+    import os
+
+    cwd = tmp_path_factory.mktemp("pretrain")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    cli(["pretrain", "--trainer.max_epochs=2", "--trainer.enable_progress_bar=false", *TINY_NET], cwd, env)
+    ckpt = cwd / "runs/digits/target/checkpoints/last.ckpt"
+    assert ckpt.is_file()
+    return ckpt
+
+
+def test_pretrain_then_unlearn_writes_table_and_tensorboard(target, tmp_path, subprocess_env):
+    out = cli(["unlearn", f"--model.init_args.target_ckpt={target}", "--trainer.max_steps=12",
+               "--trainer.enable_progress_bar=false", *TINY_NET], tmp_path, subprocess_env)
+    assert "| forget |" in out.stdout and "| retain |" in out.stdout and "| test |" in out.stdout
+    run = tmp_path / "runs/digits/hamu/version_0"
+    results = json.loads((run / "results.json").read_text())
+    assert {r["split"] for r in results["rows"]} >= {"forget", "retain", "test"}
+    assert results["global_step"] == 12
+    forget = next(r for r in results["rows"] if r["split"] == "forget")
+    assert forget["loss_after"] > forget["loss_before"]  # the forget loss rose
+    assert list(run.glob("events.out.tfevents.*")) and (run / "config.yaml").is_file()
+    listed = cli(["configs"], tmp_path, subprocess_env).stdout
+    assert "digits_hamu.yaml" in listed and "cifar10_hamu.yaml" in listed
+
+
+def test_unlearn_without_target_says_how_to_make_one(tmp_path, subprocess_env):
+    out = cli(["unlearn", "--model.init_args.target_ckpt=missing/last.ckpt", *TINY_NET], tmp_path, subprocess_env,
+              check=False)
+    assert out.returncode != 0 and "lit-unlearn pretrain" in out.stderr
+
+
+def _final_state(folder):
+    ckpt = torch.load(folder / "runs/digits/hamu/checkpoints/last.ckpt", map_location="cpu", weights_only=True)
+    kappa = next(v for k, v in ckpt["callbacks"].items() if k.startswith("KappaEarlyStopping"))
+    return ckpt["state_dict"], ckpt["global_step"], kappa
+
+
+RESUME_CONFIG = """
+trainer:
+  max_steps: 30
+  enable_progress_bar: false
+  callbacks:
+    # Monitor-only κ₂ watcher with a margin so wide that it fires at step 0: its record must survive the crash.
+    - class_path: lit_unlearn.callbacks.KappaEarlyStopping
+      init_args: {mode: soft, epsilon: 1.0, monitor_only: true, patience: 1}
+    - class_path: lit_unlearn.callbacks.FinalCheckpoint
+      init_args: {dirpath: runs/digits/hamu/checkpoints, filename: "hamu-{step}", every_n_train_steps: 4,
+                  save_top_k: -1, save_last: true}
+model:
+  init_args: {eta: 0.05, quota: 0.02}
+data:
+  init_args: {retain_batch_size: 64, forget_batch_size: 32}
+"""
+
+
+def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(target, tmp_path, subprocess_env):
+    # 21 steps per epoch at these batch sizes; checkpoints every 4 steps; killed at step 26, so the last
+    # checkpoint is step 24, mid-way through the second epoch.
+    config = tmp_path / "resume.yaml"
+    config.write_text(RESUME_CONFIG)
+    common = ["--config", str(config), f"--model.init_args.target_ckpt={target}", *TINY_NET]
+    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
+    straight.mkdir(), crashed.mkdir()
+    cli(["unlearn", *common], straight, subprocess_env)
+    killed = cli(["unlearn", *common, "--trainer.callbacks+=kill_switch.KillAtStep", "--trainer.callbacks.step=26"],
+                 crashed, subprocess_env, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    ckpt = torch.load(crashed / "runs/digits/hamu/checkpoints/last.ckpt", map_location="cpu", weights_only=True)
+    assert ckpt["global_step"] == 24
+    resumed = cli(["unlearn", *common, "--ckpt_path=last"], crashed, subprocess_env)
+    assert "Restoring states from the checkpoint" in resumed.stderr + resumed.stdout
+    a_state, a_step, a_kappa = _final_state(straight)
+    b_state, b_step, b_kappa = _final_state(crashed)
+    assert a_step == b_step == 30
+    assert a_state.keys() == b_state.keys()
+    for k in a_state:
+        assert torch.equal(a_state[k], b_state[k]), k  # bit for bit
+    assert a_kappa == b_kappa and a_kappa["would_stop_step"] == 0
