@@ -16,9 +16,15 @@ from lit_unlearn.models import CifarResNet
 from lit_unlearn.modules import GradDiffModule, HAMUModule
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # runs without a logger write their results table into the working directory
+
+
 def _trainer(steps, **kw):
     kw.setdefault("logger", False)
-    return pl.Trainer(max_steps=steps, enable_checkpointing=False, enable_progress_bar=False,
+    kw.setdefault("enable_checkpointing", False)
+    return pl.Trainer(max_steps=steps, enable_progress_bar=False,
                       enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1, **kw)
 
 
@@ -205,3 +211,18 @@ def test_graddiff_moves_along_the_gradient_difference():
     gf = torch.autograd.grad(F.cross_entropy(net(forget[0]), forget[1]), list(net.parameters()))
     for b, p, a, c in zip(before, module.network.parameters(), gr, gf):
         torch.testing.assert_close(p.detach() - b, -0.1 * 0.5 * (a - c), rtol=1e-4, atol=1e-7)
+
+
+def test_final_checkpoint_keeps_the_weights_of_an_early_stop(tmp_path):
+    from lit_unlearn.callbacks import FinalCheckpoint
+
+    with pytest.warns(UserWarning, match="Q < η"):
+        module = HAMUModule(_net(), eta=1e-3, quota=1.5e-3)
+    ckpt = FinalCheckpoint(dirpath=str(tmp_path), every_n_train_steps=10)
+    trainer = _trainer(50, limit_val_batches=0, callbacks=[KappaEarlyStopping(patience=3), ckpt],
+                       enable_checkpointing=True)
+    trainer.fit(module, _dm())
+    saved = torch.load(tmp_path / "last.ckpt", map_location="cpu", weights_only=True)
+    assert saved["global_step"] == 2
+    for name, p in module.network.named_parameters():
+        assert torch.equal(saved["state_dict"][f"network.{name}"], p.detach())
