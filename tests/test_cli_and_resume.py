@@ -104,3 +104,29 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(target, tmp_
     for k in a_state:
         assert torch.equal(a_state[k], b_state[k]), k  # bit for bit
     assert a_kappa == b_kappa and a_kappa["would_stop_step"] == 0
+
+
+def test_two_process_ddp_matches_one_process_at_the_same_global_batch(target, tmp_path, subprocess_env):
+    """World-size invariance: 2 CPU processes (gloo), each taking half of every global batch, make the same
+    update as one process, to fp32 reduction-order noise. (Over several steps that noise can flip a block's
+    branch near a boundary, so the comparison is on one step, relative to the update's size.)"""
+    args = ["unlearn", f"--model.init_args.target_ckpt={target}", "--trainer.max_steps=1",
+            "--trainer.enable_progress_bar=false", "--trainer.accelerator=cpu", "--model.init_args.eta=0.05",
+            "--model.init_args.quota=0.02", "--data.init_args.retain_batch_size=64",
+            "--data.init_args.forget_batch_size=32", "--trainer.limit_val_batches=0", *TINY_NET]
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir(), two.mkdir()
+    cli([*args, "--trainer.devices=1"], one, subprocess_env)
+    cli([*args, "--trainer.devices=2", "--trainer.strategy=ddp"], two, subprocess_env)
+    start = torch.load(target, map_location="cpu", weights_only=True)["state_dict"]
+    a, a_step, _ = _final_state(one)
+    b, b_step, _ = _final_state(two)
+    assert a_step == b_step == 1
+    moved = 0
+    for k in a:
+        if not a[k].is_floating_point() or "running" in k:
+            continue
+        update = (a[k] - start[k]).norm()
+        assert (a[k] - b[k]).norm() <= 1e-4 * update + 1e-9, k
+        moved += bool(update > 0)
+    assert moved > 10

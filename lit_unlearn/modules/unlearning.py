@@ -199,9 +199,9 @@ class UnlearningModule(pl.LightningModule):
         if not loaders or self.initial_eval is None:
             return
         self.final_eval = evaluate_splits(self.network, loaders, self.device)
+        folder = self.trainer.log_dir or self.trainer.default_root_dir  # a collective under DDP: every rank asks
         if self.trainer.is_global_zero:
             rows = results_rows(self.initial_eval, self.final_eval)
-            folder = self.trainer.log_dir or self.trainer.default_root_dir
             path = write_results(rows, folder, extra={"global_step": self.global_step, "method": type(self).__name__})
             print(f"\n{type(self).__name__} after {self.global_step} steps\n{format_table(rows)}\n(written to {path})")
 
