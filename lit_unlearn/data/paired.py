@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
