@@ -38,6 +38,18 @@ def _first_pair(dm):
     return next(iter(loader))
 
 
+def _reference_grads(dm):
+    """Plain-autograd g_r, g_f of the first batch pair at the initial weights (BatchNorm frozen, as trained)."""
+    retain, forget = _first_pair(dm)
+    net = _net()
+    for m in net.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.eval()
+    params = list(net.named_parameters())
+    grad = lambda b: torch.autograd.grad(F.cross_entropy(net(b[0]), b[1]), [p for _, p in params])  # noqa: E731
+    return params, grad(retain), grad(forget)
+
+
 def _net(seed=0):
     torch.manual_seed(seed)
     return CifarResNet(depth=8, num_classes=10, in_channels=1)
@@ -51,17 +63,10 @@ def test_one_step_applies_the_closed_form_update(grouping, variant):
     before = {n: p.detach().clone() for n, p in module.network.named_parameters()}
     _trainer(1, limit_val_batches=0).fit(module, dm)
 
-    # Independent recomputation with plain autograd on the first pair of batches.
-    retain, forget = _first_pair(dm)
-    net = _net()
-    net.load_state_dict({**net.state_dict(), **before})
-    net.train()
-    for m in net.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.eval()
-    params = list(net.named_parameters())
-    gr = torch.autograd.grad(F.cross_entropy(net(retain[0]), retain[1]), [p for _, p in params])
-    gf = torch.autograd.grad(F.cross_entropy(net(forget[0]), forget[1]), [p for _, p in params])
+    # Independent recomputation with plain autograd on the first pair of batches (_net() is seeded: the same
+    # initial weights as `before`).
+    params, gr, gf = _reference_grads(dm)
+    assert all(torch.equal(p, before[n]) for n, p in params)
     idx, names = block_index(params, grouping)
     stats = [block_stats(s, idx, len(names)) for s in tensor_stats(gr, gf)]
     step = hamu_step(*stats, eta=0.05, quota=0.01, variant=variant)
@@ -202,13 +207,7 @@ def test_graddiff_moves_along_the_gradient_difference():
     module = GradDiffModule(_net(), lr=0.1)
     before = [p.detach().clone() for p in module.network.parameters()]
     _trainer(1, limit_val_batches=0).fit(module, dm)
-    retain, forget = _first_pair(dm)
-    net = _net()
-    for m in net.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.eval()
-    gr = torch.autograd.grad(F.cross_entropy(net(retain[0]), retain[1]), list(net.parameters()))
-    gf = torch.autograd.grad(F.cross_entropy(net(forget[0]), forget[1]), list(net.parameters()))
+    _, gr, gf = _reference_grads(dm)
     for b, p, a, c in zip(before, module.network.parameters(), gr, gf):
         torch.testing.assert_close(p.detach() - b, -0.1 * 0.5 * (a - c), rtol=1e-4, atol=1e-7)
 
