@@ -1,7 +1,6 @@
 """End-to-end through the `lit-unlearn` console script: pretrain → unlearn, and SIGKILL → resume bit for bit."""
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +14,8 @@ TINY_NET = ["--model.init_args.network.init_args.depth=8"]
 
 
 def cli(args, cwd, env, check=True):
-    proc = subprocess.run([shutil.which("lit-unlearn") or sys.executable + " -m lit_unlearn.cli", *args], cwd=cwd,
+    # The interpreter running the tests, not whatever `lit-unlearn` is on PATH (CI does not activate the venv).
+    proc = subprocess.run([sys.executable, "-m", "lit_unlearn.cli", *args], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"lit-unlearn {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
