@@ -2,5 +2,6 @@
 
 from lit_unlearn.callbacks.final_checkpoint import FinalCheckpoint
 from lit_unlearn.callbacks.kappa_early_stopping import KappaEarlyStopping
+from lit_unlearn.callbacks.trajectory_recorder import TrajectoryRecorder
 
-__all__ = ["FinalCheckpoint", "KappaEarlyStopping"]
+__all__ = ["FinalCheckpoint", "KappaEarlyStopping", "TrajectoryRecorder"]

@@ -1,13 +1,18 @@
 """`lit-unlearn`: LightningCLI subcommands plus shortcuts for the common jobs.
 
-    lit-unlearn fit --config configs/digits_hamu.yaml [--ckpt_path last]   any LightningCLI subcommand
+    lit-unlearn fit --config configs/cifar10_hamu.yaml [--ckpt_path last]  any LightningCLI subcommand
     lit-unlearn pretrain [LightningCLI args]   fit with the packaged target-training config first
     lit-unlearn unlearn  [LightningCLI args]   fit with the packaged HAMU config first (needs a target)
     lit-unlearn demo [--fresh]                 pretrain a digits target, unlearn class 0 with HAMU-Q, print the table
+    lit-unlearn experiment [--preset claims_digits | --config FILE] [--out DIR] [--studies a,b] [--no-plots]
+                                               the CV experiment suite (trajectories, κ̄–ρ, quota, stopping, ablation)
     lit-unlearn configs                        list the packaged configs
 
 `pretrain` and `unlearn` put their packaged config before your arguments, so a later `--config` or `--x.y`
-overrides it. Pick another packaged config by name: `lit-unlearn unlearn --preset cifar10_hamu`.
+overrides it. Pick another packaged config by name: `lit-unlearn unlearn --preset digits_npo`. A packaged
+config may start from another (`# extends: digits_unlearn` in its header); both are passed, base first.
+With plain `lit-unlearn fit`, pass the chain yourself: `--config configs/digits_unlearn.yaml --config
+configs/digits_ga.yaml`.
 """
 
 from __future__ import annotations
@@ -50,6 +55,19 @@ class UnlearnCLI(LightningCLI):
         )
 
 
+def config_chain(name: str) -> list[str]:
+    """The packaged config `name` preceded by the ones it extends (a `# extends: OTHER` line near its top)."""
+    chain: list[str] = []
+    while name:
+        path = packaged_config(name)
+        if path in chain:
+            raise SystemExit(f"packaged config {name!r} extends itself (cycle in '# extends:' lines)")
+        chain.insert(0, path)
+        header = Path(path).read_text().splitlines()[:5]
+        name = next((ln.split(":", 1)[1].strip() for ln in header if ln.startswith("# extends:")), "")
+    return chain
+
+
 def _with_preset(argv: list[str], default: str) -> list[str]:
     preset = default
     if "--preset" in argv:
@@ -58,7 +76,8 @@ def _with_preset(argv: list[str], default: str) -> list[str]:
             raise SystemExit("--preset needs a config name (see `lit-unlearn configs`)")
         preset = argv[i + 1]
         argv = argv[:i] + argv[i + 2:]
-    return ["fit", "--config", packaged_config(preset), *argv]
+    configs = [arg for path in config_chain(preset) for arg in ("--config", path)]
+    return ["fit", *configs, *argv]
 
 
 def run_demo(argv: list[str]) -> None:
@@ -75,6 +94,27 @@ def run_demo(argv: list[str]) -> None:
     print("TensorBoard: tensorboard --logdir runs/digits", flush=True)
 
 
+def run_experiment(argv: list[str]) -> None:
+    import argparse
+
+    from lit_unlearn.experiments import STUDIES, load_config, run_suite
+
+    parser = argparse.ArgumentParser(prog="lit-unlearn experiment", description="Run the CV experiment suite.")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--preset", default="claims_digits", help="a packaged suite config (default: %(default)s)")
+    source.add_argument("--config", help="a suite config file (see configs/claims_digits.yaml)")
+    parser.add_argument("--out", help="output folder (default: the config's out_dir)")
+    parser.add_argument("--studies", help=f"comma-separated subset of {','.join(STUDIES)}")
+    parser.add_argument("--no-plots", action="store_true", help="write the CSVs and tables only")
+    args = parser.parse_args(argv)
+    cfg = load_config(args.config or packaged_config(args.preset))
+    studies = args.studies.split(",") if args.studies else None
+    if studies and (bad := [s for s in studies if s not in STUDIES]):
+        raise SystemExit(f"unknown studies {bad}; choose from {', '.join(STUDIES)}")
+    warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
+    run_suite(cfg, args.out, studies, plots=not args.no_plots, log=lambda m: print(m, flush=True))
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv else ""
@@ -82,6 +122,8 @@ def main(argv: list[str] | None = None) -> None:
         UnlearnCLI(args=_with_preset(argv[1:], PRESETS[command]))
     elif command == "demo":
         run_demo(argv[1:])
+    elif command == "experiment":
+        run_experiment(argv[1:])
     elif command == "configs":
         for p in sorted(resources.files("lit_unlearn.configs").iterdir(), key=lambda p: p.name):
             if p.name.endswith(".yaml"):

@@ -2,16 +2,19 @@
 
 import glob
 
-import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import digits_dm, first_pair, quick_trainer
 from lightning.pytorch.loggers import TensorBoardLogger
+from lit_unlearn.callbacks import KappaEarlyStopping
 
 from lit_unlearn.algorithms import block_index, block_stats, hamu_step, tensor_stats
-from lit_unlearn.callbacks import KappaEarlyStopping
-from lit_unlearn.data import ArrayDataset, ClassForget, DigitsSource, PairedDataModule, UnlearningDataModule
+from lit_unlearn.data import (
+    ArrayDataset,
+    PairedDataModule,
+)
 from lit_unlearn.models import CifarResNet
 from lit_unlearn.modules import GradDiffModule, HAMUModule
 
@@ -21,21 +24,12 @@ def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # runs without a logger write their results table into the working directory
 
 
-def _trainer(steps, **kw):
-    kw.setdefault("logger", False)
-    kw.setdefault("enable_checkpointing", False)
-    return pl.Trainer(max_steps=steps, enable_progress_bar=False,
-                      enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1, **kw)
+_trainer = quick_trainer
+_first_pair = first_pair
 
 
 def _dm(**kw):
-    return UnlearningDataModule(DigitsSource(seed=0), ClassForget(0), retain_batch_size=64, forget_batch_size=32, **kw)
-
-
-def _first_pair(dm):
-    loader = dm.train_dataloader()
-    loader.epoch_fn = lambda: 0  # after fit the trainer's epoch counter has moved on
-    return next(iter(loader))
+    return digits_dm(**kw)
 
 
 def _reference_grads(dm):

@@ -1,6 +1,15 @@
+"""LightningModules: the target trainer, HAMU, and the baselines (one file per method)."""
+
 from lit_unlearn.modules.classifier import ClassifierModule
+from lit_unlearn.modules.ft import FTModule
+from lit_unlearn.modules.ga import GAModule
 from lit_unlearn.modules.graddiff import GradDiffModule
 from lit_unlearn.modules.hamu import HAMUModule
+from lit_unlearn.modules.kl import KLModule
+from lit_unlearn.modules.npo import NPOModule
+from lit_unlearn.modules.objective import ObjectiveUnlearningModule
+from lit_unlearn.modules.scrub import SCRUBModule
 from lit_unlearn.modules.unlearning import UnlearningModule
 
-__all__ = ["ClassifierModule", "GradDiffModule", "HAMUModule", "UnlearningModule"]
+__all__ = ["ClassifierModule", "FTModule", "GAModule", "GradDiffModule", "HAMUModule", "KLModule", "NPOModule",
+           "ObjectiveUnlearningModule", "SCRUBModule", "UnlearningModule"]

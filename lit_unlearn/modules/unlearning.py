@@ -14,13 +14,19 @@ from collections.abc import Iterator
 
 import lightning.pytorch as pl
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
+from lit_unlearn.algorithms.losses import mean_nll
 from lit_unlearn.checkpoints import load_network_weights
-from lit_unlearn.reporting import evaluate_splits, format_table, per_sample_stats, results_rows, write_results
+from lit_unlearn.reporting import (
+    evaluate_splits,
+    format_table,
+    per_sample_stats,
+    results_rows,
+    write_results,
+)
 
 __all__ = ["UnlearningModule"]
 
@@ -57,15 +63,24 @@ class UnlearningModule(pl.LightningModule):
         self.val_metrics = nn.ModuleDict()
         self._eval_names: list[str] = []
         self._params: list[nn.Parameter] = []
+        self.report = True  # evaluate, print and write the before/after table when fitting ends
 
     # ----- hooks a subclass may override -------------------------------------------------------------------------
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float | Tensor]:
         raise NotImplementedError
 
-    def compute_loss(self, batch) -> Tensor:
-        """Mean task loss of a batch (cross-entropy on (images, labels) by default)."""
+    def logits_and_labels(self, batch, network: nn.Module | None = None) -> tuple[Tensor, Tensor]:
+        """(logits [B, ..., V], labels [B, ...]) of a batch under `network` (default: the model being unlearned).
+
+        Images: (network(x), y). A causal-LM trainer returns shifted token logits and labels with
+        IGNORE_INDEX on prompt/padding, and every loss in `lit_unlearn.algorithms.losses` works unchanged.
+        """
         x, y = batch
-        return F.cross_entropy(self.network(x), y)
+        return (network or self.network)(x), y
+
+    def compute_loss(self, batch) -> Tensor:
+        """Mean task loss of a batch: cross-entropy over every position that has a target."""
+        return mean_nll(*self.logits_and_labels(batch))
 
     # ----- helpers for subclasses ----------------------------------------------------------------------------------
     @property
@@ -196,7 +211,7 @@ class UnlearningModule(pl.LightningModule):
 
     def on_fit_end(self) -> None:
         loaders = self._eval_loaders()
-        if not loaders or self.initial_eval is None:
+        if not self.report or not loaders or self.initial_eval is None:
             return
         self.final_eval = evaluate_splits(self.network, loaders, self.device)
         folder = self.trainer.log_dir or self.trainer.default_root_dir  # a collective under DDP: every rank asks

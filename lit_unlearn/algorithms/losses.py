@@ -1,0 +1,81 @@
+"""Loss pieces the baselines are built from, as pure functions of logits.
+
+Every function takes logits [B, ..., V] and labels [B, ...] (a classifier's [B, C] / [B], or a causal LM's
+shifted [B, T, V] / [B, T]) where `ignore_index` marks positions without a target (prompt and padding
+tokens), so the same baseline runs on images and on text.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "IGNORE_INDEX",
+    "kl_to_reference",
+    "mean_nll",
+    "npo_loss",
+    "sequence_logprob",
+]
+
+IGNORE_INDEX = -100
+
+
+def _upcast(x: Tensor) -> Tensor:
+    """bf16/fp16 logits are upcast for the softmax (LM vocabularies make low-precision log-sums lossy)."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def _flat(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} disagree: logits must be "
+                         "labels' shape plus a class dimension")
+    return logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+
+
+def mean_nll(logits: Tensor, labels: Tensor, ignore_index: int = IGNORE_INDEX) -> Tensor:
+    """Cross-entropy averaged over all positions with a target (the usual task loss; HF's LM loss)."""
+    flat_logits, flat_labels = _flat(logits, labels)
+    if not (flat_labels != ignore_index).any():
+        raise ValueError("no position in the batch has a target label (all labels are ignore_index)")
+    return F.cross_entropy(_upcast(flat_logits), flat_labels, ignore_index=ignore_index)
+
+
+def sequence_logprob(logits: Tensor, labels: Tensor, ignore_index: int = IGNORE_INDEX) -> Tensor:
+    """log p(labels | inputs) per example: the sum of target log-probabilities, shape [B]."""
+    if logits.shape[:-1] != labels.shape:
+        _flat(logits, labels)  # raises the shape error
+    logp = torch.log_softmax(_upcast(logits), dim=-1)
+    valid = labels != ignore_index
+    picked = logp.gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1) * valid
+    return picked.reshape(labels.shape[0], -1).sum(-1)
+
+
+def kl_to_reference(logits: Tensor, reference_logits: Tensor, labels: Tensor | None = None,
+                    ignore_index: int = IGNORE_INDEX) -> Tensor:
+    """KL(p_reference ‖ p_current) per position, averaged over positions with a target (all if labels is None).
+
+    The direction matches the KL baseline and SCRUB: the current model is pulled towards (retain) or pushed
+    away from (SCRUB's forget step) the frozen original's full output distribution.
+    """
+    if logits.shape != reference_logits.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and reference logits {tuple(reference_logits.shape)} differ")
+    logp = torch.log_softmax(_upcast(logits), dim=-1)
+    ref_logp = torch.log_softmax(_upcast(reference_logits), dim=-1)
+    per_pos = (ref_logp.exp() * (ref_logp - logp)).sum(-1)
+    if labels is None:
+        return per_pos.mean()
+    valid = (labels != ignore_index).float()
+    return (per_pos * valid).sum() / valid.sum().clamp_min(1.0)
+
+
+def npo_loss(logprob: Tensor, reference_logprob: Tensor, beta: float = 0.1) -> Tensor:
+    """Negative Preference Optimization on the forget set: −(2/β)·mean log σ(−β·(log p_θ − log p_ref)).
+
+    Its gradient is GA's, reweighted by 2·σ(β·(log p_θ − log p_ref)): examples already forgotten (log-ratio
+    ≪ 0) stop pushing, which is what keeps NPO from GA's collapse.
+    """
+    if beta <= 0:
+        raise ValueError(f"NPO needs beta > 0, got {beta}")
+    return -(2.0 / beta) * F.logsigmoid(-beta * (logprob - reference_logprob)).mean()

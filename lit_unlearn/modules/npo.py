@@ -1,0 +1,45 @@
+"""NPO baseline (Zhang et al. 2024): negative preference optimisation on the forget set, plus the retain NLL.
+
+loss = w_f·NPO_β(forget) + w_r·CE(retain), with log p = the summed target log-probability of each example.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from lit_unlearn.algorithms.losses import npo_loss, sequence_logprob
+from lit_unlearn.modules.objective import ObjectiveUnlearningModule
+
+__all__ = ["NPOModule"]
+
+
+class NPOModule(ObjectiveUnlearningModule):
+    uses_reference = True
+
+    def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3, beta: float = 0.1,
+                 forget_weight: float = 1.0, retain_weight: float = 1.0, optimizer: str = "sgd",
+                 momentum: float = 0.0, weight_decay: float = 0.0, freeze_batchnorm: bool = True,
+                 log_every_n_steps: int | None = None) -> None:
+        """
+        Args:
+            beta: NPO's inverse temperature (small β: GA-like; large β: stops early on forgotten examples).
+            retain_weight: weight of the retain NLL (0 gives the original forget-only NPO).
+        """
+        super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
+                         log_every_n_steps)
+        if beta <= 0:
+            raise ValueError(f"NPO needs beta > 0, got {beta}")
+        self.beta, self.forget_weight, self.retain_weight = beta, forget_weight, retain_weight
+
+    def objective(self, retain_batch, forget_batch):
+        logits_f, labels_f = self.logits_and_labels(forget_batch)
+        ref_logits_f = self.reference_logits(forget_batch)
+        logp, ref_logp = sequence_logprob(logits_f, labels_f), sequence_logprob(ref_logits_f, labels_f)
+        forget_term = npo_loss(logp, ref_logp, self.beta)
+        logs = {"train/npo_forget": forget_term.detach(), "train/forget_log_ratio": (logp - ref_logp).mean().detach()}
+        loss = self.forget_weight * forget_term
+        if self.retain_weight:
+            loss_r = self.checked_loss(retain_batch, "retain")
+            loss = loss + self.retain_weight * loss_r
+            logs["train/retain_loss"] = loss_r.detach()
+        return loss, logs

@@ -1,0 +1,92 @@
+"""Shared glue for the loss-based baselines: one scalar objective per step, one optimizer step.
+
+A subclass implements `objective(retain_batch, forget_batch) -> (loss to minimise, logs)`. Baselines that
+compare with the original model (KL, NPO, SCRUB) set `uses_reference = True` and read `self.reference`: a
+frozen copy of the network taken at construction, i.e. of the target weights. It is deliberately not a
+registered submodule, so checkpoints do not store a second copy of the model; a resumed run rebuilds it from
+`target_ckpt` exactly as the first run did.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor, nn
+
+from lit_unlearn.modules.unlearning import UnlearningModule
+
+__all__ = ["OPTIMIZERS", "ObjectiveUnlearningModule"]
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+
+
+class ObjectiveUnlearningModule(UnlearningModule):
+    uses_reference = False
+
+    def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3,
+                 optimizer: str = "sgd", momentum: float = 0.0, weight_decay: float = 0.0,
+                 freeze_batchnorm: bool = True, log_every_n_steps: int | None = None) -> None:
+        """
+        Args:
+            lr: learning rate of the optimizer.
+            optimizer: "sgd" (with `momentum`), "adam" or "adamw".
+            weight_decay: passed to the optimizer.
+        """
+        super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
+        if not lr > 0:
+            raise ValueError(f"lr must be positive, got {lr}")
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer={optimizer!r}: choose one of {OPTIMIZERS}")
+        self.save_hyperparameters(ignore=["network"])  # collects a subclass's own arguments too
+        self.lr, self.optimizer_name, self.momentum, self.weight_decay = lr, optimizer, momentum, weight_decay
+        self._reference: nn.Module | None = None
+        if self.uses_reference:
+            ref = copy.deepcopy(network).eval()
+            for p in ref.parameters():
+                p.requires_grad_(False)
+            object.__setattr__(self, "_reference", ref)  # bypass nn.Module registration (see module docstring)
+
+    # ----- hooks ---------------------------------------------------------------------------------------------------
+    def objective(self, retain_batch, forget_batch) -> tuple[Tensor, dict[str, Tensor | float]]:
+        raise NotImplementedError
+
+    # ----- helpers ------------------------------------------------------------------------------------------------
+    @property
+    def reference(self) -> nn.Module:
+        if self._reference is None:
+            raise RuntimeError(f"{type(self).__name__} has no reference model (set uses_reference = True)")
+        return self._reference
+
+    @torch.no_grad()
+    def reference_logits(self, batch) -> Tensor:
+        return self.logits_and_labels(batch, self.reference)[0]
+
+    def checked(self, loss: Tensor, which: str) -> Tensor:
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"the {which} loss is {loss.item()} at step {self.global_step}: the model has diverged or the inputs "
+                "contain NaN/inf. Lower lr, check the data, or resume from an earlier checkpoint.")
+        return loss
+
+    # ----- Lightning plumbing ---------------------------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        if self._reference is not None:
+            self._reference.to(device=self.device)
+
+    def configure_optimizers(self):
+        params = self._params or [p for _, p in self.trainable_named_parameters]
+        if self.optimizer_name == "sgd":
+            return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+        cls = torch.optim.Adam if self.optimizer_name == "adam" else torch.optim.AdamW
+        return cls(params, lr=self.lr, weight_decay=self.weight_decay)
+
+    def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
+        opt = self.optimizers()
+        opt.zero_grad(set_to_none=True)
+        loss, logs = self.objective(retain_batch, forget_batch)
+        self.manual_backward(self.checked(loss, "training objective"))
+        opt.step()
+        if not self.should_compute_diagnostics():
+            return {}
+        return {"train/objective": loss.item(), **{k: float(v) for k, v in logs.items()}}

@@ -1,0 +1,32 @@
+"""Small shared pieces for the module tests."""
+
+import lightning.pytorch as pl
+import torch
+
+from lit_unlearn.data import ClassForget, DigitsSource, UnlearningDataModule
+
+
+def quick_trainer(steps, **kw):
+    """A Trainer without logger, checkpoints, progress bar or sanity check (tests pass what they need)."""
+    kw.setdefault("logger", False)
+    kw.setdefault("enable_checkpointing", False)
+    return pl.Trainer(max_steps=steps, enable_progress_bar=False, enable_model_summary=False,
+                      num_sanity_val_steps=0, log_every_n_steps=1, **kw)
+
+
+def digits_dm(retain_batch_size=64, forget_batch_size=32, **kw):
+    return UnlearningDataModule(DigitsSource(seed=0), ClassForget(0), retain_batch_size=retain_batch_size,
+                                forget_batch_size=forget_batch_size, **kw)
+
+
+def first_pair(dm):
+    """The first (retain, forget) batch pair a fit on `dm` sees."""
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    loader.epoch_fn = lambda: 0  # after a fit the trainer's epoch counter has moved on
+    return next(iter(loader))
+
+
+def tiny_mlp(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.Tanh(), torch.nn.Linear(32, 10))
