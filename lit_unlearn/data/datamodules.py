@@ -71,13 +71,10 @@ class PairedDataModule(pl.LightningDataModule):
     def eval_split_names(self) -> list[str]:
         return list(self.eval_sets)
 
-    def _current_epoch(self) -> int:
-        return self.trainer.current_epoch if self.trainer is not None else 0
-
     def train_dataloader(self) -> ResumableDataLoader:
         stream = PairedBatchStream(self.retain_set, self.forget_set, self.retain_batch_size,
                                    self.forget_batch_size, seed=self.seed)
-        return ResumableDataLoader(stream, epoch_fn=self._current_epoch, num_workers=self.num_workers)
+        return ResumableDataLoader(stream, num_workers=self.num_workers)
 
     def eval_dataloaders(self) -> dict[str, DataLoader]:
         return {name: DataLoader(ds, batch_size=self.eval_batch_size, num_workers=self.num_workers)

@@ -132,21 +132,26 @@ class PairedBatchStream(IterableDataset):
 class ResumableDataLoader(DataLoader):
     """DataLoader over a PairedBatchStream that Lightning checkpoints (`state_dict`) and resumes mid-epoch.
 
-    `epoch_fn` returns the trainer's current epoch; it seeds the epoch's permutations.
+    The loader counts the batches it has handed out over the whole fit; batch number n is step n % len of
+    data epoch n // len. Its position therefore does not depend on the trainer's epoch counter, which Lightning
+    advances when a run stops at max_steps mid-epoch: a run extended from such a checkpoint still continues
+    exactly where the stream stopped.
     """
 
-    def __init__(self, dataset: PairedBatchStream, epoch_fn: Callable[[], int] | None = None, num_workers: int = 0,
-                 **kwargs: Any) -> None:
+    def __init__(self, dataset: PairedBatchStream, num_workers: int = 0, **kwargs: Any) -> None:
         if kwargs.pop("persistent_workers", False):
             raise ValueError("persistent_workers would keep stale epoch/start positions in the workers; leave it off")
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
-        self.epoch_fn = epoch_fn or (lambda: 0)
-        self._resume: dict[str, int] | None = None
-        self._epoch = 0
-        self._consumed = 0
+        self._total = 0  # batches handed out so far in this fit
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """(data epoch, step within it) of the next batch."""
+        return divmod(self._total, len(self.dataset))
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self._epoch, "consumed": self._consumed, "seed": self.dataset.seed}
+        epoch, consumed = self.position
+        return {"total": self._total, "epoch": epoch, "consumed": consumed, "seed": self.dataset.seed}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         if state.get("seed", self.dataset.seed) != self.dataset.seed:
@@ -154,20 +159,14 @@ class ResumableDataLoader(DataLoader):
                 f"the checkpoint's data stream used seed {state['seed']}, this run uses {self.dataset.seed}: "
                 "resuming would replay different batches. Use the original seed."
             )
-        self._resume = dict(state)
+        self._total = int(state["total"]) if "total" in state else state["epoch"] * len(self.dataset) + state["consumed"]
 
     def __iter__(self) -> Iterator[Any]:
-        epoch = int(self.epoch_fn())
-        start = 0
-        if self._resume is not None:
-            if self._resume["epoch"] == epoch and self._resume["consumed"] < len(self.dataset):
-                start = self._resume["consumed"]
-            self._resume = None
+        epoch, start = self.position
         stream: PairedBatchStream = self.dataset
         stream.epoch, stream.start_step = epoch, start
-        self._epoch, self._consumed = epoch, start
         for batch in super().__iter__():
-            self._consumed += 1
+            self._total += 1
             yield batch
         stream.start_step = 0
 

@@ -8,8 +8,9 @@ from lit_unlearn.modules.hamu import HAMUModule
 from lit_unlearn.modules.kl import KLModule
 from lit_unlearn.modules.npo import NPOModule
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
+from lit_unlearn.modules.ofmu import OFMUModule
 from lit_unlearn.modules.scrub import SCRUBModule
 from lit_unlearn.modules.unlearning import UnlearningModule
 
 __all__ = ["ClassifierModule", "FTModule", "GAModule", "GradDiffModule", "HAMUModule", "KLModule", "NPOModule",
-           "ObjectiveUnlearningModule", "SCRUBModule", "UnlearningModule"]
+           "ObjectiveUnlearningModule", "OFMUModule", "SCRUBModule", "UnlearningModule"]

@@ -1,0 +1,186 @@
+"""OFMU as a LightningModule: one training step is one outer round of the bi-level schedule.
+
+Round k on a fixed (retain, forget) batch pair:
+  inner: T steps of gradient ascent θ ← θ + η_in·∇Φ(θ),  Φ = L_f − β·cos(∇L_f, ∇L_r);
+  outer: θ ← θ − η_out·(∇L_r + 2ρ_k·∇²Φ·∇Φ) at the inner result.
+The inner steps move the weights directly; the round's net change is then handed to the optimizer as
+p.grad = −δ (SGD, lr 1), so Lightning counts one step per round, checkpoints the optimizer and the ρ
+scheduler sees k = global_step. The maths is in lit_unlearn.algorithms.ofmu.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from lit_unlearn.algorithms.ofmu import HVP_MODES, fd_hvp, norm, phi_gradient_autograd, phi_gradient_fd
+from lit_unlearn.modules.unlearning import UnlearningModule
+
+__all__ = ["OFMUModule"]
+
+
+class OFMUModule(UnlearningModule):
+    def __init__(
+        self,
+        network: nn.Module,
+        target_ckpt: str | None = None,
+        inner_steps: int = 5,
+        inner_lr: float = 1e-3,
+        beta: float = 0.1,
+        outer_lr: float = 1e-3,
+        rho: float = 1.0,
+        hvp: str = "autograd",
+        fd_step: float = 1e-3,
+        stationarity_tol: float | None = None,
+        freeze_batchnorm: bool = True,
+        log_every_n_steps: int | None = None,
+    ) -> None:
+        """
+        Args:
+            inner_steps: T, gradient-ascent steps on Φ per outer round (0: outer step only).
+            inner_lr: η_in of the inner ascent.
+            beta: β, weight of the gradient-decorrelation term (0 gives plain forget ascent inside).
+            outer_lr: η_out of the outer step.
+            rho: ρ_k of the penalty ρ‖∇Φ‖² (a `lit_unlearn.callbacks.RhoScheduler` overrides it each round).
+            hvp: "autograd" (double/third-order backward, exact) or "finite_difference" (first-order gradients
+                only: for models where double backward is unsupported or too costly, and for data parallelism).
+            fd_step: the finite-difference step, a distance in parameter space.
+            stationarity_tol: stop training once ‖∇Φ‖ at the outer point falls below this (None: never).
+        """
+        super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
+        if inner_steps < 0:
+            raise ValueError(f"inner_steps must be ≥ 0, got {inner_steps}")
+        if hvp not in HVP_MODES:
+            raise ValueError(f"hvp={hvp!r}: choose one of {HVP_MODES}")
+        for name, value in (("inner_lr", inner_lr), ("outer_lr", outer_lr), ("fd_step", fd_step)):
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be positive and finite, got {value}")
+        if rho < 0 or beta < 0:
+            raise ValueError(f"rho and beta must be ≥ 0, got rho={rho}, beta={beta}")
+        self.save_hyperparameters(ignore=["network"])
+        self.inner_steps, self.inner_lr, self.beta, self.outer_lr = inner_steps, inner_lr, beta, outer_lr
+        self.rho, self.hvp, self.fd_step, self.stationarity_tol = rho, hvp, fd_step, stationarity_tol
+        self.stationary_at: int | None = None
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if world > 1 and self.hvp == "autograd":
+            raise ValueError("hvp='autograd' differentiates per-process gradient graphs, which data parallelism "
+                             "does not synchronise: use hvp='finite_difference' with more than one process")
+
+    # ----- ∇Φ at the current weights ---------------------------------------------------------------------------------
+    def _grads_at(self, retain_batch, forget_batch):
+        params = self._params
+
+        def grads_at(direction: Sequence[Tensor] | None, step: float):
+            saved = None
+            if direction is not None:
+                saved = [p.detach().clone() for p in params]
+                with torch.no_grad():
+                    for p, d in zip(params, direction):
+                        p.add_(d.to(p.dtype), alpha=step)
+            try:
+                loss_f = self.checked_loss(forget_batch, "forget")
+                g_f = self.gradients(loss_f)  # released: these tensors are ours, p.grad is reset
+                loss_r = self.checked_loss(retain_batch, "retain")
+                g_r = self.gradients(loss_r)
+            finally:
+                if saved is not None:
+                    with torch.no_grad():
+                        for p, s in zip(params, saved):
+                            p.copy_(s)
+            return g_f, g_r, loss_f.detach(), loss_r.detach()
+
+        return grads_at
+
+    def phi_gradient(self, retain_batch, forget_batch, create_graph: bool = False):
+        if self.hvp == "autograd":
+            return phi_gradient_autograd(self.checked_loss(forget_batch, "forget"),
+                                         self.checked_loss(retain_batch, "retain"), self._params, self.beta,
+                                         create_graph=create_graph)
+        return phi_gradient_fd(self._grads_at(retain_batch, forget_batch), self.beta, self.fd_step)
+
+    def phi_hvp(self, retain_batch, forget_batch):
+        """(∇Φ, ∇²Φ·∇Φ, the PhiGradient) at the current weights."""
+        if self.hvp == "autograd":
+            pg = self.phi_gradient(retain_batch, forget_batch, create_graph=True)
+            v = [g.detach() for g in pg.grad]
+            hv = torch.autograd.grad(pg.grad, self._params, grad_outputs=v, allow_unused=True)
+            hv = [torch.zeros_like(p) if h is None else h for h, p in zip(hv, self._params)]
+            return v, hv, pg
+        pg = self.phi_gradient(retain_batch, forget_batch)
+        grads_at = self._grads_at(retain_batch, forget_batch)
+
+        def phi_grad_at(direction, step):
+            shifted = self._shifted(direction, step)
+            try:
+                return phi_gradient_fd(grads_at, self.beta, self.fd_step).grad
+            finally:
+                shifted()
+
+        return pg.grad, fd_hvp(phi_grad_at, pg.grad, self.fd_step), pg
+
+    def _shifted(self, direction, step):
+        saved = [p.detach().clone() for p in self._params]
+        with torch.no_grad():
+            for p, d in zip(self._params, direction):
+                p.add_(d.to(p.dtype), alpha=step)
+
+        def restore():
+            with torch.no_grad():
+                for p, s in zip(self._params, saved):
+                    p.copy_(s)
+
+        return restore
+
+    # ----- one outer round -----------------------------------------------------------------------------------------
+    def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
+        opt = self.optimizers()
+        params = self._params
+        start = [p.detach().clone() for p in params]
+        inner_phi = []
+        for _ in range(self.inner_steps):
+            pg = self.phi_gradient(retain_batch, forget_batch)
+            inner_phi.append(float(pg.loss_forget - self.beta * pg.cosine))
+            with torch.no_grad():
+                for p, g in zip(params, pg.grad):
+                    p.add_(g.to(p.dtype), alpha=self.inner_lr)  # ascent on Φ
+
+        grad_phi, hvp, pg = self.phi_hvp(retain_batch, forget_batch)
+        with torch.no_grad():
+            for p, p0, g_r, h in zip(params, start, pg.grad_retain, hvp):
+                outer = g_r.to(p.dtype) + (2.0 * self.rho) * h.to(p.dtype)
+                # p.grad = −δ with δ = (θ_T − θ_0) − η_out·outer; SGD(lr=1) from θ_0 lands on θ_T − η_out·outer.
+                p.grad = (p0 - p) + self.outer_lr * outer
+                p.copy_(p0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+        grad_norm = float(norm(grad_phi))
+        if not math.isfinite(grad_norm):
+            raise FloatingPointError(f"‖∇Φ‖ is {grad_norm} at step {self.global_step}: lower inner_lr / outer_lr")
+        if self.stationarity_tol is not None and grad_norm < self.stationarity_tol:
+            self.stationary_at = self.global_step
+            self.trainer.should_stop = True
+            self.print_once(f"OFMU: ‖∇Φ‖ = {grad_norm:.3g} < {self.stationarity_tol} after {self.global_step} "
+                            "rounds (stationary); stopping")
+        if not self.should_compute_diagnostics():
+            return {}
+        logs = {"ofmu/grad_phi_norm": grad_norm, "ofmu/hvp_norm": float(norm(hvp)), "ofmu/rho": self.rho,
+                "ofmu/cosine": float(pg.cosine), "train/forget_loss": float(pg.loss_forget),
+                "train/retain_loss": float(pg.loss_retain), "ofmu/phi": float(pg.loss_forget - self.beta * pg.cosine)}
+        if inner_phi:
+            logs["ofmu/inner_phi_first"], logs["ofmu/inner_phi_last"] = inner_phi[0], inner_phi[-1]
+        return logs
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["ofmu_rho"] = self.rho
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self.rho = checkpoint.get("ofmu_rho", self.rho)

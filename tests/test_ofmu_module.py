@@ -1,0 +1,137 @@
+"""OFMUModule: one outer round against an independent flat-vector reimplementation, the ablations OFMU
+relies on, ρ scheduling, stationarity stopping and resuming mid-schedule."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from helpers import digits_dm, first_pair, quick_trainer, tiny_mlp
+from lit_unlearn.callbacks import FinalCheckpoint, RhoScheduler
+from lit_unlearn.modules import OFMUModule
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def reference_round(net, retain, forget, inner_steps, inner_lr, beta, outer_lr, rho):
+    """OFMU's round written from the formulas, in float64 on one flat parameter vector."""
+    net = copy.deepcopy(net).double()
+    names = [n for n, _ in net.named_parameters()]
+    shapes = [p.shape for p in net.parameters()]
+    (xr, yr), (xf, yf) = (retain[0].double(), retain[1]), (forget[0].double(), forget[1])
+
+    def unflat(t):
+        out, i = {}, 0
+        for n, s in zip(names, shapes):
+            out[n] = t[i:i + s.numel()].reshape(s)
+            i += s.numel()
+        return out
+
+    def loss(t, x, y):
+        return F.cross_entropy(functional_call(net, unflat(t), (x,)), y)
+
+    def phi(t):
+        gf = torch.autograd.grad(loss(t, xf, yf), t, create_graph=True)[0]
+        gr = torch.autograd.grad(loss(t, xr, yr), t, create_graph=True)[0]
+        return loss(t, xf, yf) - beta * torch.dot(gf, gr) / (gf.norm() * gr.norm())
+
+    theta = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+    for _ in range(inner_steps):
+        t = theta.clone().requires_grad_(True)
+        theta = theta + inner_lr * torch.autograd.grad(phi(t), t)[0]
+    t = theta.clone().requires_grad_(True)
+    v = torch.autograd.grad(phi(t), t)[0]
+    hv = torch.autograd.functional.hvp(phi, theta, v)[1]
+    t = theta.clone().requires_grad_(True)
+    g_r = torch.autograd.grad(loss(t, xr, yr), t)[0]
+    return theta - outer_lr * (g_r + 2 * rho * hv)
+
+
+@pytest.mark.parametrize("beta, rho, hvp", [
+    (0.3, 0.5, "autograd"),
+    (0.3, 0.5, "finite_difference"),
+    (0.0, 0.5, "autograd"),   # β = 0: plain forget ascent inside, no decorrelation term
+    (0.3, 0.0, "autograd"),   # ρ = 0: retain descent after the ascent
+])
+def test_one_round_matches_the_formulas(beta, rho, hvp):
+    net = tiny_mlp()
+    kw = dict(inner_steps=3, inner_lr=0.05, beta=beta, outer_lr=0.05, rho=rho)
+    module = OFMUModule(net, hvp=hvp, fd_step=1e-3, **kw)
+    start = copy.deepcopy(net)
+    dm = digits_dm()
+    quick_trainer(1, limit_val_batches=0).fit(module, dm)
+    retain, forget = first_pair(dm)
+    expected = reference_round(start, retain, forget, **kw)
+    got = torch.cat([p.detach().reshape(-1) for p in module.network.parameters()]).double()
+    moved = (expected - torch.cat([p.detach().reshape(-1) for p in start.parameters()]).double()).norm()
+    # float32 finite differences of finite differences carry ~eps/h² of roundoff: about 1% here (exact in
+    # float64, see test_ofmu_math.py).
+    assert (got - expected).norm() <= (2e-2 if hvp == "finite_difference" else 1e-4) * moved
+
+
+def test_beta_zero_inner_loop_is_plain_forget_ascent():
+    # β = 0 removes the decorrelation term: the inner loop no longer sees the retain batch, so with ρ = 0 and a
+    # negligible outer step the round is T steps of ascent on L_f, which β > 0 changes.
+    moved = {}
+    for beta in (0.0, 0.5):
+        net = tiny_mlp()
+        start = copy.deepcopy(net)
+        module = OFMUModule(net, inner_steps=2, inner_lr=0.05, beta=beta, outer_lr=1e-12, rho=0.0)
+        dm = digits_dm()
+        quick_trainer(1, limit_val_batches=0).fit(module, dm)
+        moved[beta] = [p.detach() - p0.detach() for p, p0 in zip(module.network.parameters(), start.parameters())]
+    _, forget = first_pair(dm)
+    ascent = copy.deepcopy(start)
+    for _ in range(2):
+        grads = torch.autograd.grad(F.cross_entropy(ascent(forget[0]), forget[1]), list(ascent.parameters()))
+        with torch.no_grad():
+            for p, g in zip(ascent.parameters(), grads):
+                p.add_(0.05 * g)
+    for m, p, p0 in zip(moved[0.0], ascent.parameters(), start.parameters()):
+        torch.testing.assert_close(m, p.detach() - p0.detach(), rtol=1e-4, atol=1e-7)
+    assert any((a - b).abs().max() > 1e-4 for a, b in zip(moved[0.0], moved[0.5]))
+
+
+def test_rho_scheduler_sets_and_logs_rho_and_resume_mid_schedule_is_exact(tmp_path):
+    def run(max_steps, ckpt_path=None, folder="a"):
+        torch.manual_seed(0)
+        module = OFMUModule(tiny_mlp(), inner_steps=2, inner_lr=0.02, beta=0.2, outer_lr=0.05)
+        sched = RhoScheduler("linear", rho0=0.1, rate=0.2, cap=0.5)
+        saver = FinalCheckpoint(dirpath=str(tmp_path / folder), every_n_train_steps=2, save_last=True)
+        trainer = quick_trainer(max_steps, callbacks=[sched, saver], enable_checkpointing=True,
+                                limit_val_batches=0)
+        trainer.fit(module, digits_dm(), ckpt_path=ckpt_path)
+        return module, sched, trainer
+
+    straight, sched, trainer = run(5)
+    assert sched.current == pytest.approx(0.5)  # 0.1 + 0.2·4, capped at 0.5
+    assert trainer.callback_metrics["ofmu/rho"].item() == pytest.approx(0.5)
+    assert straight.rho == pytest.approx(0.5)
+    run(3, folder="b")  # interrupted after round 3 (mid-epoch, mid-schedule)
+    resumed, sched_b, _ = run(5, ckpt_path=str(tmp_path / "b" / "last.ckpt"), folder="b")
+    for a, b in zip(straight.network.parameters(), resumed.network.parameters()):
+        assert torch.equal(a, b)
+    assert sched_b.current == sched.current
+
+
+def test_stationarity_tolerance_stops_training():
+    module = OFMUModule(tiny_mlp(), inner_steps=1, stationarity_tol=1e9)
+    trainer = quick_trainer(10, limit_val_batches=0)
+    trainer.fit(module, digits_dm())
+    assert module.stationary_at == 1 and trainer.global_step == 1  # rounds completed when it fired
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="hvp"):
+        OFMUModule(tiny_mlp(), hvp="exact")
+    with pytest.raises(ValueError, match="rho and beta"):
+        OFMUModule(tiny_mlp(), rho=-1)
+    with pytest.raises(ValueError, match="inner_lr"):
+        OFMUModule(tiny_mlp(), inner_lr=0)
+    with pytest.raises(ValueError, match="rate > 0"):
+        RhoScheduler("geometric", rate=0)
