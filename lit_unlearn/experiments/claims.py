@@ -138,8 +138,14 @@ class _Suite:
                              "infeasible_blocks_per_step": float(np.nanmean(infeasible)) if infeasible else math.nan})
         _write_csv(self.out / "quota.csv", rows)
         fit = scipy.stats.linregress([r["q_over_eta"] for r in rows], [r["delta_forget_loss"] for r in rows])
+        per_seed = {}
+        for seed in self.seeds:
+            mine = [r for r in rows if r["seed"] == seed]
+            if len({r["q_over_eta"] for r in mine}) > 2:
+                per_seed[str(seed)] = scipy.stats.linregress([r["q_over_eta"] for r in mine],
+                                                             [r["delta_forget_loss"] for r in mine]).rvalue ** 2
         self.summary["quota"] = {"rows": rows, "slope": fit.slope, "intercept": fit.intercept,
-                                 "r2": fit.rvalue ** 2, "p_value": fit.pvalue}
+                                 "r2": fit.rvalue ** 2, "p_value": fit.pvalue, "r2_per_seed": per_seed}
 
     def stopping(self) -> None:
         study = self.cfg.get("stopping", {})
@@ -247,12 +253,14 @@ def summary_markdown(summary: dict[str, Any]) -> str:
                   f"n = {h['kappa']['n']}); r(cos, ρ) = {_fmt(h['cosine']['r'])}.", ""]
     if "quota" in summary:
         q = summary["quota"]
+        per_seed = "; per seed " + ", ".join(f"{k}: {_fmt(v)}" for k, v in q["r2_per_seed"].items()) \
+            if q.get("r2_per_seed") else ""
         lines += ["## Quota: ΔL_f after a fixed budget vs Q/η", "",
                   "| Q/η | Q | steps | ΔL_f | −ΔL_r | infeasible blocks/step |", "|---|---|---|---|---|---|"]
         lines += [f"| {r['q_over_eta']} | {_fmt(r['quota'])} | {r['steps']} | {_fmt(r['delta_forget_loss'])} | "
                   f"{_fmt(r['neg_delta_retain_loss'])} | {_fmt(r['infeasible_blocks_per_step'])} |" for r in q["rows"]]
         lines += ["", f"Linear fit: ΔL_f = {_fmt(q['slope'])}·(Q/η) + {_fmt(q['intercept'])}, "
-                  f"R² = {_fmt(q['r2'])}.", ""]
+                  f"R² = {_fmt(q['r2'])}{per_seed}.", ""]
     if "stopping" in summary:
         s = summary["stopping"]
         lines += ["## Stopping: κ₂ rule (monitor only) vs where −ΔL_r turns down", "",

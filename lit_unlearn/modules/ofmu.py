@@ -22,6 +22,13 @@ from lit_unlearn.modules.unlearning import UnlearningModule
 __all__ = ["OFMUModule"]
 
 
+def _clip_scale(grads, max_norm: float | None) -> float:
+    if max_norm is None:
+        return 1.0
+    n = float(norm(grads))
+    return min(1.0, max_norm / n) if n > 0 else 1.0
+
+
 class OFMUModule(UnlearningModule):
     def __init__(
         self,
@@ -35,6 +42,8 @@ class OFMUModule(UnlearningModule):
         hvp: str = "autograd",
         fd_step: float = 1e-3,
         stationarity_tol: float | None = None,
+        inner_clip_norm: float | None = None,
+        outer_clip_norm: float | None = None,
         freeze_batchnorm: bool = True,
         log_every_n_steps: int | None = None,
     ) -> None:
@@ -49,6 +58,9 @@ class OFMUModule(UnlearningModule):
                 only: for models where double backward is unsupported or too costly, and for data parallelism).
             fd_step: the finite-difference step, a distance in parameter space.
             stationarity_tol: stop training once ‖∇Φ‖ at the outer point falls below this (None: never).
+            inner_clip_norm, outer_clip_norm: scale ∇Φ (inner) and the outer direction ∇L_r + 2ρ∇²Φ∇Φ down to
+                this global norm (None: off). The cosine's gradient grows like ‖H‖/‖g‖, so a well-fit target
+                (small gradients) gives large ∇Φ and much larger HVPs; clipping keeps the first rounds stable.
         """
         super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
         if inner_steps < 0:
@@ -63,6 +75,10 @@ class OFMUModule(UnlearningModule):
         self.save_hyperparameters(ignore=["network"])
         self.inner_steps, self.inner_lr, self.beta, self.outer_lr = inner_steps, inner_lr, beta, outer_lr
         self.rho, self.hvp, self.fd_step, self.stationarity_tol = rho, hvp, fd_step, stationarity_tol
+        for name, value in (("inner_clip_norm", inner_clip_norm), ("outer_clip_norm", outer_clip_norm)):
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive or None, got {value}")
+        self.inner_clip_norm, self.outer_clip_norm = inner_clip_norm, outer_clip_norm
         self.stationary_at: int | None = None
 
     def setup(self, stage: str) -> None:
@@ -146,16 +162,18 @@ class OFMUModule(UnlearningModule):
         for _ in range(self.inner_steps):
             pg = self.phi_gradient(retain_batch, forget_batch)
             inner_phi.append(float(pg.loss_forget - self.beta * pg.cosine))
+            scale = _clip_scale(pg.grad, self.inner_clip_norm)
             with torch.no_grad():
                 for p, g in zip(params, pg.grad):
-                    p.add_(g.to(p.dtype), alpha=self.inner_lr)  # ascent on Φ
+                    p.add_(g.to(p.dtype), alpha=self.inner_lr * scale)  # ascent on Φ
 
         grad_phi, hvp, pg = self.phi_hvp(retain_batch, forget_batch)
+        outer = [g_r.to(p.dtype) + (2.0 * self.rho) * h.to(p.dtype) for p, g_r, h in zip(params, pg.grad_retain, hvp)]
+        scale = _clip_scale(outer, self.outer_clip_norm)
         with torch.no_grad():
-            for p, p0, g_r, h in zip(params, start, pg.grad_retain, hvp):
-                outer = g_r.to(p.dtype) + (2.0 * self.rho) * h.to(p.dtype)
-                # p.grad = −δ with δ = (θ_T − θ_0) − η_out·outer; SGD(lr=1) from θ_0 lands on θ_T − η_out·outer.
-                p.grad = (p0 - p) + self.outer_lr * outer
+            for p, p0, d in zip(params, start, outer):
+                # p.grad = −δ with δ = (θ_T − θ_0) − η_out·d; SGD(lr=1) from θ_0 lands on θ_T − η_out·d.
+                p.grad = (p0 - p) + (self.outer_lr * scale) * d
                 p.copy_(p0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -171,6 +189,7 @@ class OFMUModule(UnlearningModule):
         if not self.should_compute_diagnostics():
             return {}
         logs = {"ofmu/grad_phi_norm": grad_norm, "ofmu/hvp_norm": float(norm(hvp)), "ofmu/rho": self.rho,
+                "ofmu/outer_norm": float(norm(outer)),
                 "ofmu/cosine": float(pg.cosine), "train/forget_loss": float(pg.loss_forget),
                 "train/retain_loss": float(pg.loss_retain), "ofmu/phi": float(pg.loss_forget - self.beta * pg.cosine)}
         if inner_phi:
