@@ -12,6 +12,8 @@ PACKAGES = [
     "lit_unlearn.algorithms",
     "lit_unlearn.data",
     "lit_unlearn.experiments",
+    "lit_unlearn.metrics",
+    "lit_unlearn.recipes",
     "lit_unlearn.models",
     "lit_unlearn.modules",
     "lit_unlearn.callbacks",

@@ -3,6 +3,7 @@
 from lit_unlearn.callbacks.final_checkpoint import FinalCheckpoint
 from lit_unlearn.callbacks.kappa_early_stopping import KappaEarlyStopping
 from lit_unlearn.callbacks.rho_schedule import RhoScheduler
+from lit_unlearn.callbacks.tofu_evaluation import TofuEvaluation
 from lit_unlearn.callbacks.trajectory_recorder import TrajectoryRecorder
 
-__all__ = ["FinalCheckpoint", "KappaEarlyStopping", "RhoScheduler", "TrajectoryRecorder"]
+__all__ = ["FinalCheckpoint", "KappaEarlyStopping", "RhoScheduler", "TofuEvaluation", "TrajectoryRecorder"]

@@ -6,6 +6,8 @@
     lit-unlearn demo [--fresh]                 pretrain a digits target, unlearn class 0 with HAMU-Q, print the table
     lit-unlearn experiment [--preset claims_digits | --config FILE] [--out DIR] [--studies a,b] [--no-plots]
                                                the CV experiment suite (trajectories, κ̄–ρ, quota, stopping, ablation)
+    lit-unlearn tofu-demo [--preset tofu_tiny_hamu] [--fresh]
+                                               offline TOFU: data, tokenizer, tiny Llama target + retrain, unlearn
     lit-unlearn configs                        list the packaged configs
 
 `pretrain` and `unlearn` put their packaged config before your arguments, so a later `--config` or `--x.y`
@@ -122,6 +124,10 @@ def main(argv: list[str] | None = None) -> None:
         UnlearnCLI(args=_with_preset(argv[1:], PRESETS[command]))
     elif command == "demo":
         run_demo(argv[1:])
+    elif command == "tofu-demo":
+        from lit_unlearn.recipes.tofu_demo import run_tofu_demo
+
+        run_tofu_demo(argv[1:])
     elif command == "experiment":
         run_experiment(argv[1:])
     elif command == "configs":

@@ -1,10 +1,10 @@
-"""Before/after evaluation of a classifier on named splits, and the results table every unlearning run writes."""
+"""Before/after evaluation of a classifier or language model on named splits, and the results table every unlearning run writes."""
 
 from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -12,32 +12,39 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
+from lit_unlearn.algorithms.losses import IGNORE_INDEX
+from lit_unlearn.batches import logits_and_labels, to_device
+
 __all__ = ["per_sample_stats", "evaluate_splits", "results_rows", "format_table", "write_results"]
 
 
-def per_sample_stats(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-example cross-entropy and correctness (float)."""
-    return F.cross_entropy(logits, labels, reduction="none"), (logits.argmax(-1) == labels).float()
+def per_sample_stats(logits: Tensor, labels: Tensor, ignore_index: int = IGNORE_INDEX) -> tuple[Tensor, Tensor]:
+    """Per-example loss and accuracy: cross-entropy and correctness for a classifier; mean NLL over the target
+    tokens and the fraction of them predicted (argmax) for a language model."""
+    if logits.dim() == 2:
+        return F.cross_entropy(logits, labels, reduction="none"), (logits.argmax(-1) == labels).float()
+    valid = labels != ignore_index
+    nll = F.cross_entropy(logits.float().transpose(1, 2), labels.clamp_min(0), reduction="none") * valid
+    count = valid.sum(-1).clamp_min(1)
+    correct = ((logits.argmax(-1) == labels) & valid).sum(-1)
+    return nll.sum(-1) / count, correct.float() / count
 
 
 @torch.no_grad()
 def evaluate_splits(network: nn.Module, loaders: Mapping[str, DataLoader],
-                    device: torch.device | str = "cpu",
-                    forward: Callable[[nn.Module, Tensor], Tensor] | None = None) -> dict[str, dict[str, float]]:
-    """{split: {"loss", "acc", "n"}} over full splits, network in eval mode (its mode is restored after)."""
+                    device: torch.device | str = "cpu") -> dict[str, dict[str, float]]:
+    """{split: {"loss", "acc", "n"}} over full splits (per-example means), network in eval mode (restored after)."""
     was_training = network.training
     network.eval()
     out: dict[str, dict[str, float]] = {}
     try:
         for name, loader in loaders.items():
             loss_sum = correct = n = 0.0
-            for x, y in loader:
-                x, y = x.to(device), y.to(device)
-                logits = network(x) if forward is None else forward(network, x)
-                loss, ok = per_sample_stats(logits, y)
+            for batch in loader:
+                loss, ok = per_sample_stats(*logits_and_labels(network, to_device(batch, device)))
                 loss_sum += loss.sum().item()
                 correct += ok.sum().item()
-                n += y.numel()
+                n += loss.numel()
             out[name] = {"loss": loss_sum / max(n, 1), "acc": correct / max(n, 1), "n": int(n)}
     finally:
         network.train(was_training)

@@ -55,6 +55,7 @@ class PairedDataModule(pl.LightningDataModule):
         self.retain_set: Dataset | None = None
         self.forget_set: Dataset | None = None
         self.eval_sets: dict[str, Dataset] = {}
+        self.collate_fn = None  # e.g. padding for token batches; None: torch's default collate
 
     def build(self) -> tuple[Dataset, Dataset, dict[str, Dataset]]:
         raise NotImplementedError
@@ -73,11 +74,12 @@ class PairedDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> ResumableDataLoader:
         stream = PairedBatchStream(self.retain_set, self.forget_set, self.retain_batch_size,
-                                   self.forget_batch_size, seed=self.seed)
+                                   self.forget_batch_size, seed=self.seed, collate_fn=self.collate_fn)
         return ResumableDataLoader(stream, num_workers=self.num_workers)
 
     def eval_dataloaders(self) -> dict[str, DataLoader]:
-        return {name: DataLoader(ds, batch_size=self.eval_batch_size, num_workers=self.num_workers)
+        return {name: DataLoader(ds, batch_size=self.eval_batch_size, num_workers=self.num_workers,
+                                 collate_fn=self.collate_fn)
                 for name, ds in self.eval_sets.items()}
 
     def val_dataloader(self) -> list[DataLoader]:

@@ -1,6 +1,6 @@
 """LightningModules: the target trainer, HAMU, and the baselines (one file per method)."""
 
-from lit_unlearn.modules.classifier import ClassifierModule
+from lit_unlearn.modules.classifier import ClassifierModule, SupervisedModule
 from lit_unlearn.modules.ft import FTModule
 from lit_unlearn.modules.ga import GAModule
 from lit_unlearn.modules.graddiff import GradDiffModule
@@ -13,4 +13,4 @@ from lit_unlearn.modules.scrub import SCRUBModule
 from lit_unlearn.modules.unlearning import UnlearningModule
 
 __all__ = ["ClassifierModule", "FTModule", "GAModule", "GradDiffModule", "HAMUModule", "KLModule", "NPOModule",
-           "ObjectiveUnlearningModule", "OFMUModule", "SCRUBModule", "UnlearningModule"]
+           "ObjectiveUnlearningModule", "OFMUModule", "SCRUBModule", "SupervisedModule", "UnlearningModule"]

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from lit_unlearn.algorithms.losses import mean_nll
+from lit_unlearn.batches import logits_and_labels
 from lit_unlearn.checkpoints import load_network_weights
 from lit_unlearn.reporting import (
     evaluate_splits,
@@ -75,8 +76,7 @@ class UnlearningModule(pl.LightningModule):
         Images: (network(x), y). A causal-LM trainer returns shifted token logits and labels with
         IGNORE_INDEX on prompt/padding, and every loss in `lit_unlearn.algorithms.losses` works unchanged.
         """
-        x, y = batch
-        return (network or self.network)(x), y
+        return logits_and_labels(network or self.network, batch)
 
     def compute_loss(self, batch) -> Tensor:
         """Mean task loss of a batch: cross-entropy over every position that has a target."""
@@ -187,8 +187,7 @@ class UnlearningModule(pl.LightningModule):
         rank_zero_info(msg)
 
     def validation_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
-        x, y = batch
-        loss, ok = per_sample_stats(self.network(x), y)
+        loss, ok = per_sample_stats(*self.logits_and_labels(batch))
         name = self._eval_names[dataloader_idx]
         self.val_metrics[f"{name}_loss"].update(loss)
         self.val_metrics[f"{name}_acc"].update(ok)

@@ -1,0 +1,240 @@
+"""TOFU and WaterDrum-TOFU: split loading (HF hub or local files), QA formatting, and the paired DataModule.
+
+Sources
+- `TofuSource("locuslab/TOFU")`: hub dataset; each split is a config (`forget10`, `retain90`,
+  `forget10_perturbed`, `retain_perturbed`, `real_authors_perturbed`, `world_facts_perturbed`, `holdout10`).
+- `TofuSource("path/to/folder")`: the same split names as `{split}.json`, `.jsonl` or `.parquet` files
+  (what `write_tofu_json` produces for the generated fictitious-author set).
+- `WaterDrumSource("Glow-AI/WaterDrum-TOFU")`: configs `forget_01/05/10` with splits `forget`/`retain`
+  (hub), or a folder with `forget_10/forget.json` etc. It has no perturbed answers: truth-ratio metrics
+  need a TOFU-format `eval_source`.
+
+Formatting: the loss is on answer tokens only. `template="plain"` gives "Question: …\nAnswer: …",
+"llama2" the Llama-2 chat form "[INST] … [/INST] …", "chat" the tokenizer's own chat template.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from lit_unlearn.algorithms.losses import IGNORE_INDEX
+from lit_unlearn.data.datamodules import PairedDataModule
+
+__all__ = ["TofuSource", "WaterDrumSource", "QAFormatter", "TokenizedQA", "pad_collate", "TofuDataModule",
+           "FORGET_SPLITS", "QAFinetuneDataModule"]
+
+FORGET_SPLITS = {"01": ("forget01", "retain99"), "05": ("forget05", "retain95"), "10": ("forget10", "retain90")}
+TEMPLATES = ("plain", "llama2", "chat")
+
+
+def _read_local(folder: Path, split: str) -> list[dict]:
+    for ext in (".json", ".jsonl", ".parquet"):
+        path = folder / f"{split}{ext}"
+        if path.is_file():
+            if ext == ".json":
+                return json.loads(path.read_text())
+            if ext == ".jsonl":
+                return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            import pandas as pd
+
+            return pd.read_parquet(path).to_dict("records")
+    raise FileNotFoundError(f"split {split!r} not found in {folder} (looked for {split}.json / .jsonl / .parquet)")
+
+
+class TofuSource:
+    def __init__(self, path: str = "locuslab/TOFU", forget_level: str = "10", cache_dir: str | None = None) -> None:
+        """
+        Args:
+            path: HF hub dataset name or a local folder of `{split}.json|jsonl|parquet`.
+            forget_level: "01", "05" or "10" (forget01 + retain99, …).
+        """
+        if forget_level not in FORGET_SPLITS:
+            raise ValueError(f"forget_level={forget_level!r}: choose one of {sorted(FORGET_SPLITS)}")
+        self.path, self.forget_level, self.cache_dir = path, forget_level, cache_dir
+
+    @property
+    def is_local(self) -> bool:
+        return Path(self.path).exists()
+
+    def load_split(self, split: str) -> list[dict]:
+        if self.is_local:
+            return _read_local(Path(self.path), split)
+        if "/" not in self.path:
+            raise FileNotFoundError(f"{self.path!r} is neither a local folder nor a hub dataset name (owner/name)")
+        import datasets
+
+        return list(datasets.load_dataset(self.path, split, split="train", cache_dir=self.cache_dir))
+
+    def forget_retain(self) -> tuple[list[dict], list[dict]]:
+        forget, retain = FORGET_SPLITS[self.forget_level]
+        return self.load_split(forget), self.load_split(retain)
+
+    def eval_splits(self) -> dict[str, list[dict]]:
+        """The TOFU evaluation sets; missing optional ones (real authors, world facts, holdout) are skipped."""
+        out = {"forget": self.load_split(f"forget{self.forget_level}_perturbed"),
+               "retain": self.load_split("retain_perturbed")}
+        for name, split in (("real_authors", "real_authors_perturbed"), ("world_facts", "world_facts_perturbed"),
+                            ("holdout", f"holdout{self.forget_level}")):
+            try:
+                out[name] = self.load_split(split)
+            except FileNotFoundError:
+                continue
+        return out
+
+
+class WaterDrumSource(TofuSource):
+    def __init__(self, path: str = "Glow-AI/WaterDrum-TOFU", forget_level: str = "10", watermarked: bool = True,
+                 cache_dir: str | None = None) -> None:
+        super().__init__(path, forget_level, cache_dir)
+        self.config = f"{'' if watermarked else 'unwatermarked_'}forget_{forget_level}"
+
+    def _load(self, split: str) -> list[dict]:
+        if self.is_local:
+            return _read_local(Path(self.path) / self.config, split)
+        import datasets
+
+        return list(datasets.load_dataset(self.path, self.config, split=split, cache_dir=self.cache_dir))
+
+    def forget_retain(self) -> tuple[list[dict], list[dict]]:
+        return self._load("forget"), self._load("retain")
+
+    def eval_splits(self) -> dict[str, list[dict]]:
+        forget, retain = self.forget_retain()
+        return {"forget": forget, "retain": retain}
+
+
+class QAFormatter:
+    def __init__(self, tokenizer, template: str = "plain", max_length: int = 256) -> None:
+        if template not in TEMPLATES:
+            raise ValueError(f"template={template!r}: choose one of {TEMPLATES}")
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer has no pad token: set tokenizer.pad_token (e.g. to the eos token)")
+        self.tokenizer, self.template, self.max_length = tokenizer, template, max_length
+
+    def prompt(self, question: str) -> str:
+        if self.template == "plain":
+            return f"Question: {question}\nAnswer:"
+        if self.template == "llama2":
+            return f"[INST] {question} [/INST]"
+        return self.tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                                  add_generation_prompt=True)
+
+    def prompt_ids(self, question: str) -> list[int]:
+        tok = self.tokenizer
+        ids = tok(self.prompt(question), add_special_tokens=False)["input_ids"]
+        return ([tok.bos_token_id] if tok.bos_token_id is not None and self.template != "chat" else []) + ids
+
+    def encode(self, question: str, answer: str) -> dict[str, Tensor]:
+        """input_ids = prompt + " answer" + eos; labels = IGNORE_INDEX on the prompt (loss on the answer only)."""
+        tok = self.tokenizer
+        prompt = self.prompt_ids(question)
+        answer_ids = tok(" " + answer.strip(), add_special_tokens=False)["input_ids"]
+        if tok.eos_token_id is not None:
+            answer_ids = answer_ids + [tok.eos_token_id]
+        ids = (prompt + answer_ids)[: self.max_length]
+        n_prompt = min(len(prompt), len(ids))
+        if n_prompt >= len(ids):
+            raise ValueError(f"max_length={self.max_length} leaves no answer token for question {question[:60]!r}")
+        labels = [IGNORE_INDEX] * n_prompt + ids[n_prompt:]
+        return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels)}
+
+
+class TokenizedQA(Dataset):
+    def __init__(self, rows: list[dict], formatter: QAFormatter, answer_key: str = "answer") -> None:
+        if not rows:
+            raise ValueError("empty QA split")
+        missing = [k for k in ("question", answer_key) if k not in rows[0]]
+        if missing:
+            raise KeyError(f"QA rows need columns {missing}; got {sorted(rows[0])}")
+        self.rows = rows
+        self.items = [formatter.encode(r["question"], r[answer_key]) for r in rows]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
+        return self.items[i]
+
+
+def pad_collate(pad_id: int):
+    """Right-pad a list of {input_ids, labels} to the longest; attention_mask marks the real tokens."""
+    def collate(items: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+        n = max(len(it["input_ids"]) for it in items)
+        ids = torch.full((len(items), n), pad_id, dtype=torch.long)
+        labels = torch.full((len(items), n), IGNORE_INDEX, dtype=torch.long)
+        mask = torch.zeros((len(items), n), dtype=torch.long)
+        for i, it in enumerate(items):
+            k = len(it["input_ids"])
+            ids[i, :k], labels[i, :k], mask[i, :k] = it["input_ids"], it["labels"], 1
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+    return collate
+
+
+class TofuDataModule(PairedDataModule):
+    """(retain, forget) QA batches for unlearning a causal LM, plus loss/accuracy eval sets."""
+
+    def __init__(self, source: TofuSource | None = None, tokenizer: Any = None, template: str = "plain",
+                 max_length: int = 256, retain_batch_size: int = 32, forget_batch_size: int = 32,
+                 eval_batch_size: int = 64, seed: int = 0, num_workers: int = 0) -> None:
+        """
+        Args:
+            source: TofuSource / WaterDrumSource (default: the hub's locuslab/TOFU, forget10).
+            tokenizer: a `transformers` tokenizer or its name/path (AutoTokenizer.from_pretrained).
+        """
+        super().__init__(retain_batch_size, forget_batch_size, eval_batch_size, seed, num_workers)
+        self.source = source or TofuSource()
+        if tokenizer is None:
+            raise ValueError("TofuDataModule needs a tokenizer (an object, a hub name or a local folder)")
+        if isinstance(tokenizer, (str, Path)):
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+            if tokenizer.pad_token_id is None:
+                tokenizer.pad_token = tokenizer.eos_token
+        self.tokenizer = tokenizer
+        self.formatter = QAFormatter(tokenizer, template, max_length)
+        self.collate_fn = pad_collate(tokenizer.pad_token_id)
+
+    def build(self):
+        forget_rows, retain_rows = self.source.forget_retain()
+        forget, retain = TokenizedQA(forget_rows, self.formatter), TokenizedQA(retain_rows, self.formatter)
+        evals: dict[str, Dataset] = {"forget": forget, "retain": retain}
+        return retain, forget, evals
+
+
+class QAFinetuneDataModule(pl.LightningDataModule):
+    """Plain fine-tuning batches over named QA splits (training the target on `full`, or the retain-only
+    reference on `retain90`), validating on the forget split."""
+
+    def __init__(self, source: TofuSource, tokenizer: Any, splits: tuple[str, ...] = ("full",), template: str = "plain",
+                 max_length: int = 256, batch_size: int = 32, seed: int = 0, val_split: str | None = None) -> None:
+        super().__init__()
+        self.source, self.tokenizer, self.splits = source, tokenizer, tuple(splits)
+        self.formatter = QAFormatter(tokenizer, template, max_length)
+        self.batch_size, self.seed, self.val_split = batch_size, seed, val_split
+        self.collate_fn = pad_collate(tokenizer.pad_token_id)
+        self.train_set = self.val_set = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is None:
+            rows = [r for split in self.splits for r in self.source.load_split(split)]
+            self.train_set = TokenizedQA(rows, self.formatter)
+            if self.val_split:
+                self.val_set = TokenizedQA(self.source.load_split(self.val_split), self.formatter)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, collate_fn=self.collate_fn,
+                          generator=torch.Generator().manual_seed(self.seed))
+
+    def val_dataloader(self) -> list[DataLoader]:
+        if self.val_set is None:
+            return []
+        return [DataLoader(self.val_set, batch_size=self.batch_size, collate_fn=self.collate_fn)]

@@ -1,0 +1,1 @@
+"""End-to-end recipes (data → target → reference → unlearning → report) behind the `lit-unlearn` shortcuts."""

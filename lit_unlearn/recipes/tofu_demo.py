@@ -1,0 +1,123 @@
+"""The offline TOFU job: fictitious authors → tokenizer → target and retain-only models → unlearning → table.
+
+    lit-unlearn tofu-demo [--preset tofu_tiny_hamu] [--fresh] [LightningCLI overrides...]     (writes runs/tofu)
+
+Everything goes under runs/tofu (the packaged tofu_tiny_* configs read from there):
+1. writes the generated fictitious-author set (TOFU format) to OUT/data and trains a BPE tokenizer on it;
+2. fine-tunes a tiny random Llama on everything (the target, OUT/target) and on the retain split only (the
+   retrain reference, OUT/retrain); both also learn the general-knowledge sets and the paraphrased phrasing of
+   the facts they are allowed to know, which stands in for pretraining;
+3. evaluates the reference and stores its per-item values (OUT/retrain_eval.json, needed for forget quality);
+4. unlearns the target with the packaged config (HAMU by default) through LightningCLI, with the TOFU
+   evaluation callback: TensorBoard logs and tofu_results.{md,json} under OUT/<method>/version_N.
+Steps 1-3 are skipped when their outputs exist (--fresh redoes them).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import lightning.pytorch as pl
+
+__all__ = ["prepare_tofu_assets", "run_tofu_demo", "TINY_SIZE"]
+
+TINY_SIZE = {"hidden_size": 128, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate_size": 256}
+
+
+def _corpus(data: Path) -> list[str]:
+    import json
+
+    return [r["question"] + " " + a for f in sorted(data.glob("*.json")) for r in json.loads(f.read_text())
+            for a in [r["answer"], r.get("paraphrased_answer", ""), *r.get("perturbed_answer", [])] if a]
+
+
+def _finetune(out: Path, data: Path, tokenizer, rows_from: tuple[str, ...], keep: set[str] | None, epochs: int,
+              lr: float, seed: int) -> None:
+    """Fine-tune a fresh tiny Llama on the named splits plus paraphrases of the allowed facts."""
+    from lit_unlearn.data import QAFinetuneDataModule, TofuSource
+    from lit_unlearn.models import CausalLM, tiny_llama_config
+    from lit_unlearn.modules import SupervisedModule
+
+    source = TofuSource(str(data))
+    paraphrases = [{"question": r["question"], "answer": r["paraphrased_answer"]}
+                   for r in source.load_split("full_perturbed") if keep is None or r["question"] in keep]
+
+    class WithParaphrases(QAFinetuneDataModule):
+        def setup(self, stage=None):
+            if self.train_set is None:
+                from lit_unlearn.data import TokenizedQA
+
+                rows = [r for split in self.splits for r in self.source.load_split(split)] + paraphrases
+                self.train_set = TokenizedQA(rows, self.formatter)
+
+    pl.seed_everything(seed, verbose=False)
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tokenizer), **TINY_SIZE), seed=seed)
+    dm = WithParaphrases(source, tokenizer, splits=rows_from, batch_size=32, seed=seed)
+    trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_model_summary=False,
+                         enable_progress_bar=False, accelerator="cpu", devices=1)
+    trainer.fit(SupervisedModule(net, lr=lr), dm)
+    net.save_pretrained(out)
+    tokenizer.save_pretrained(str(out))
+
+
+def prepare_tofu_assets(out: str | Path = "runs/tofu", fresh: bool = False, epochs: int = 30, lr: float = 3e-3,
+                        forget_level: str = "10", seed: int = 0, log=print) -> dict[str, Path]:
+    from lit_unlearn.data import TofuSource, train_bpe_tokenizer, write_tofu_json
+    from lit_unlearn.data.tofu import FORGET_SPLITS
+    from lit_unlearn.metrics import TofuEvaluator
+    from lit_unlearn.models import CausalLM
+
+    out = Path(out)
+    paths = {"data": out / "data", "tokenizer": out / "tokenizer", "target": out / "target",
+             "retrain": out / "retrain", "reference": out / "retrain_eval.json"}
+    if fresh:
+        for p in paths.values():
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    if not (paths["data"] / "full.json").is_file():
+        log(f"== writing the fictitious-author QA set (TOFU format) to {paths['data']} ==")
+        write_tofu_json(paths["data"], seed=seed)
+    if not (paths["tokenizer"] / "tokenizer.json").is_file():
+        train_bpe_tokenizer(_corpus(paths["data"]), paths["tokenizer"], vocab_size=512)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(paths["tokenizer"]))
+    source = TofuSource(str(paths["data"]), forget_level)
+    _, retain_split = FORGET_SPLITS[forget_level]
+    knowledge = ("real_authors", "world_facts")
+    if not (paths["target"] / "config.json").is_file():
+        log(f"== fine-tuning the target on all authors ({epochs} epochs) ==")
+        _finetune(paths["target"], paths["data"], tokenizer, ("full", *knowledge), None, epochs, lr, seed)
+    if not (paths["retrain"] / "config.json").is_file():
+        log(f"== fine-tuning the retain-only reference on {retain_split} ==")
+        keep = {r["question"] for r in source.load_split(retain_split)}
+        _finetune(paths["retrain"], paths["data"], tokenizer, (retain_split, *knowledge), keep, epochs, lr, seed)
+    if not paths["reference"].is_file():
+        log("== evaluating the reference (its per-item values make forget quality computable) ==")
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the reference itself has no reference
+            report = TofuEvaluator(tokenizer, source.eval_splits(), max_new_tokens=48).run(
+                CausalLM(name_or_path=str(paths["retrain"])))
+        report.save(paths["reference"])
+    return paths
+
+
+def run_tofu_demo(argv: list[str]) -> None:
+    from lit_unlearn.cli import UnlearnCLI, _with_preset
+
+    out, fresh, preset, rest = "runs/tofu", False, "tofu_tiny_hamu", []  # the packaged configs point here
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--fresh":
+            fresh, i = True, i + 1
+        elif argv[i] == "--preset":
+            preset, i = argv[i + 1], i + 2
+        else:
+            rest.append(argv[i])
+            i += 1
+    paths = prepare_tofu_assets(out, fresh)
+    print(f"== unlearning forget10 with {preset} ==", flush=True)
+    UnlearnCLI(args=_with_preset(rest, preset))
+    print(f"TensorBoard: tensorboard --logdir {out}", flush=True)
