@@ -11,6 +11,7 @@ PACKAGES = [
     "lit_unlearn",
     "lit_unlearn.algorithms",
     "lit_unlearn.data",
+    "lit_unlearn.distributed",
     "lit_unlearn.experiments",
     "lit_unlearn.metrics",
     "lit_unlearn.recipes",

@@ -32,11 +32,16 @@ class PerItem(Metric):
 
     def per_item(self) -> Tensor:
         """Every item's value, from all processes (a no-op gather in a single process)."""
+        if self._is_synced:  # inside compute(): the states are already gathered
+            return self._read()
         with self.sync_context(should_sync=True, should_unsync=True):
-            values = self.values
-            if isinstance(values, list):
-                return dim_zero_cat(values) if values else torch.zeros(0, dtype=torch.float64)
-            return values.clone()
+            return self._read()
+
+    def _read(self) -> Tensor:
+        values = self.values
+        if isinstance(values, list):
+            return dim_zero_cat(values) if values else torch.zeros(0, dtype=torch.float64)
+        return values.clone()
 
     def compute(self) -> Tensor:
         values = self.per_item()

@@ -32,6 +32,7 @@ class GradDiffModule(UnlearningModule):
         n = len(grads_f)
         # p.grad = lr·(w_r ∇L_r − w_f ∇L_f); SGD(lr=1) then applies θ ← θ − p.grad.
         combine_into(grads_f, grads_f, grads_r, [-self.lr * self.forget_weight] * n, [self.lr * self.retain_weight] * n)
+        self.set_update(grads_f)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if not self.should_compute_diagnostics():

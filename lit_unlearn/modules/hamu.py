@@ -105,7 +105,9 @@ class HAMUModule(UnlearningModule):
         grads_f = self.gradients(loss_f, release=False)  # stays in p.grad: the update is written over it
 
         n_blocks = len(self.block_names)
-        rr, ff, rf = (block_stats(s, self._index, n_blocks) for s in tensor_stats(grads_r, grads_f))
+        # One [3, n_tensors] reduction: under ZeRO each rank holds slices, and the slices' sums are the stats.
+        per_tensor = self.sum_over_shards(torch.stack(tensor_stats(grads_r, grads_f)))
+        rr, ff, rf = (block_stats(s, self._index, n_blocks) for s in per_tensor)
         step = hamu_step(rr, ff, rf, eta=self.eta, quota=self.quota, variant=self.variant,
                          allocation=self.allocation, clip_norm=self.clip_norm, infeasible=self.infeasible)
         self.last_step = step
@@ -116,6 +118,7 @@ class HAMUModule(UnlearningModule):
             neg_f = (-step.coef_f[idx]).tolist()
             neg_r = (-step.coef_r[idx]).tolist()
             combine_into(grads_f, grads_f, grads_r, neg_f, neg_r)  # p.grad = −δ
+            self.set_update(grads_f)
             opt.step()
         opt.zero_grad(set_to_none=True)
 

@@ -84,6 +84,10 @@ class OFMUModule(UnlearningModule):
     def setup(self, stage: str) -> None:
         super().setup(stage)
         world = self.trainer.world_size if self._trainer is not None else 1
+        if self.zero_stage:
+            raise ValueError("OFMU moves the weights between gradient evaluations (inner steps, finite "
+                             "differences), which needs whole parameters: it is not supported under DeepSpeed ZeRO. "
+                             "Use one process or DDP (hvp='finite_difference').")
         if world > 1 and self.hvp == "autograd":
             raise ValueError("hvp='autograd' differentiates per-process gradient graphs, which data parallelism "
                              "does not synchronise: use hvp='finite_difference' with more than one process")

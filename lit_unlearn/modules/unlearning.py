@@ -14,13 +14,15 @@ from collections.abc import Iterator
 
 import lightning.pytorch as pl
 import torch
+import torch.distributed as dist
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from lit_unlearn.algorithms.losses import mean_nll
-from lit_unlearn.batches import logits_and_labels
+from lit_unlearn.algorithms.losses import IGNORE_INDEX, mean_nll
+from lit_unlearn.batches import is_token_batch, logits_and_labels
 from lit_unlearn.checkpoints import load_network_weights
+from lit_unlearn.distributed.sharded_grads import all_reduce_sum, read_local_grads, write_local_grads, zero_stage
 from lit_unlearn.reporting import (
     evaluate_splits,
     format_table,
@@ -64,6 +66,7 @@ class UnlearningModule(pl.LightningModule):
         self.val_metrics = nn.ModuleDict()
         self._eval_names: list[str] = []
         self._params: list[nn.Parameter] = []
+        self.zero_stage = 0  # DeepSpeed ZeRO stage of the strategy, set in setup()
         self.report = True  # evaluate, print and write the before/after table when fitting ends
 
     # ----- hooks a subclass may override -------------------------------------------------------------------------
@@ -79,8 +82,21 @@ class UnlearningModule(pl.LightningModule):
         return logits_and_labels(network or self.network, batch)
 
     def compute_loss(self, batch) -> Tensor:
-        """Mean task loss of a batch: cross-entropy over every position that has a target."""
-        return mean_nll(*self.logits_and_labels(batch))
+        """Mean task loss of the *global* batch: cross-entropy over every position that has a target.
+
+        Token batches split over processes hold different numbers of answer tokens, so the average of the
+        per-process token means is not the global token mean: rescale by the global token count (one
+        all_reduce) so that the averaged gradient is the global batch's at any world size.
+        """
+        logits, labels = self.logits_and_labels(batch)
+        loss = mean_nll(logits, labels)
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if world > 1 and is_token_batch(batch) and dist.is_available() and dist.is_initialized():
+            local = (labels != IGNORE_INDEX).sum().to(torch.float64)
+            total = local.clone()
+            dist.all_reduce(total)
+            loss = loss * (local * world / total).to(loss.dtype)
+        return loss
 
     # ----- helpers for subclasses ----------------------------------------------------------------------------------
     @property
@@ -103,6 +119,12 @@ class UnlearningModule(pl.LightningModule):
         fresh ones and nothing is copied; release=False leaves them in p.grad, where an update can be written.
         """
         params = self._params
+        if self.zero_stage:
+            # Sharded (DeepSpeed ZeRO): this rank's gradient slices. zero_grad first: ZeRO-2 would overwrite and
+            # ZeRO-3 accumulate into the previous backward's partition.
+            self.optimizers().zero_grad()
+            self.manual_backward(loss)
+            return read_local_grads(params, self.zero_stage)
         for p in params:
             p.grad = None
         self.manual_backward(loss)
@@ -114,6 +136,16 @@ class UnlearningModule(pl.LightningModule):
             if release:
                 p.grad = None
         return grads
+
+    def set_update(self, grads: list[Tensor]) -> None:
+        """Make `grads` (from `gradients()`, combined in place) what the optimizer step applies. Unsharded, they
+        already are the p.grad tensors (release=False); under ZeRO they are written back into the partitions."""
+        if self.zero_stage:
+            write_local_grads(self._params, grads, self.zero_stage)
+
+    def sum_over_shards(self, t: Tensor) -> Tensor:
+        """Statistics computed on gradient slices → the statistics of the whole gradients (identity unsharded)."""
+        return all_reduce_sum(t, self.zero_stage)
 
     def should_compute_diagnostics(self) -> bool:
         every = self._log_every or (self.trainer.log_every_n_steps if self._trainer is not None else 1) or 1
@@ -145,6 +177,7 @@ class UnlearningModule(pl.LightningModule):
 
     def setup(self, stage: str) -> None:
         self._params = [p for _, p in self.trainable_named_parameters]
+        self.zero_stage = zero_stage(self.trainer.strategy) if self._trainer is not None else 0
         if not self._params:
             raise ValueError("the network has no trainable parameters: nothing to unlearn")
         dm = self.trainer.datamodule if self._trainer is not None else None

@@ -1,0 +1,38 @@
+"""Lightning's DeepSpeedStrategy on CPU processes (gloo), for testing sharded training without a GPU.
+
+The stock strategy refuses anything but CUDA; DeepSpeed itself runs on CPU with its CPU accelerator. This
+subclass only (1) skips the CUDA check, (2) skips the CUDA device-index validation and (3) passes the local
+rank as DeepSpeed's device rank. On GPUs use the stock `lightning.pytorch.strategies.DeepSpeedStrategy`
+(the packaged Llama-2-7B configs do). It touches Lightning internals, which is one reason lightning is pinned.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from lightning.fabric.utilities.seed import reset_seed
+from lightning.pytorch.strategies import DeepSpeedStrategy
+from lightning.pytorch.strategies.ddp import DDPStrategy
+
+__all__ = ["CPUDeepSpeedStrategy"]
+
+
+class CPUDeepSpeedStrategy(DeepSpeedStrategy):
+    strategy_name = "deepspeed_cpu"
+
+    def setup_environment(self) -> None:
+        DDPStrategy.setup_environment(self)  # the parent's parent: no CUDA check
+
+    def setup_distributed(self) -> None:
+        reset_seed()
+        self.set_world_ranks()
+        self._init_deepspeed_distributed()
+
+    def _setup_model_and_optimizer(self, model, optimizer, lr_scheduler=None):
+        import deepspeed
+
+        params = filter(lambda p: p.requires_grad, model.parameters())
+        engine, ds_optimizer, _, _ = deepspeed.initialize(
+            args=argparse.Namespace(device_rank=self.local_rank), config=self.config, model=model,
+            model_parameters=params, optimizer=optimizer, lr_scheduler=lr_scheduler, dist_init_required=False)
+        return engine, ds_optimizer

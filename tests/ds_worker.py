@@ -1,0 +1,73 @@
+"""Run HAMU on a tiny Llama for a few steps, in one process or under CPU DeepSpeed ZeRO-2/3 with 2 processes
+(Lightning re-launches this script per rank), then save the full final weights (rank 0).
+
+    python tests/ds_worker.py --data D --tokenizer T --out W.pt --steps 1 [--stage 2|3 --devices 2]
+                              [--ckpt-dir C --stop-at K] [--resume C]
+"""
+
+import argparse
+import os
+import warnings
+
+import lightning.pytorch as pl
+import torch
+
+from lit_unlearn.data import TofuDataModule, TofuSource
+from lit_unlearn.models import CausalLM, tiny_llama_config
+from lit_unlearn.modules import HAMUModule
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--tokenizer", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=1)
+    ap.add_argument("--stage", type=int, default=0)
+    ap.add_argument("--devices", type=int, default=1)
+    ap.add_argument("--ddp", action="store_true", help="plain DDP instead of DeepSpeed")
+    ap.add_argument("--ckpt-dir")
+    ap.add_argument("--resume")
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(args.tokenizer)
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=0)
+    module = HAMUModule(net, eta=0.05, quota=0.01)
+    module.report = False
+    dm = TofuDataModule(TofuSource(args.data), tok, retain_batch_size=8, forget_batch_size=4)
+    kwargs = {}
+    if args.stage:
+        from lit_unlearn.distributed.cpu_deepspeed import CPUDeepSpeedStrategy
+
+        kwargs["strategy"] = CPUDeepSpeedStrategy(config={
+            "zero_optimization": {"stage": args.stage}, "gradient_clipping": 0.0,
+            "zero_allow_untested_optimizer": True, "train_micro_batch_size_per_gpu": 1})
+    if args.ddp:
+        kwargs["strategy"] = "ddp"
+    callbacks = []
+    if args.ckpt_dir:
+        from lit_unlearn.callbacks import FinalCheckpoint
+
+        callbacks.append(FinalCheckpoint(dirpath=args.ckpt_dir, every_n_train_steps=2, save_top_k=-1,
+                                         filename="{step}", save_last=False))
+    trainer = pl.Trainer(max_steps=args.steps, accelerator="cpu", devices=args.devices, logger=False,
+                         enable_checkpointing=bool(args.ckpt_dir), callbacks=callbacks, enable_progress_bar=False,
+                         enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0, **kwargs)
+    trainer.fit(module, dm, ckpt_path=args.resume)
+    params = list(module.network.parameters())
+    if args.stage == 3:
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(params):
+            state = {n: p.detach().clone() for n, p in module.network.named_parameters()}
+    else:
+        state = {n: p.detach().clone() for n, p in module.network.named_parameters()}
+    if trainer.is_global_zero:
+        torch.save(state, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""TOFU-format data: the generator, local loading, QA formatting (loss on answer tokens only), the causal-LM
+wrapper, the evaluator's per-item numbers against a direct computation, and one HAMU step on a tiny Llama."""
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+
+from helpers import quick_trainer
+from lit_unlearn.algorithms import hamu_step
+from lit_unlearn.algorithms.losses import IGNORE_INDEX
+from lit_unlearn.data import (
+    QAFormatter,
+    TofuDataModule,
+    TofuSource,
+    WaterDrumSource,
+    generate_fictitious_tofu,
+    pad_collate,
+    train_bpe_tokenizer,
+    write_tofu_json,
+)
+from lit_unlearn.metrics import TofuEvaluator
+from lit_unlearn.models import CausalLM, tiny_llama_config
+from lit_unlearn.modules import HAMUModule
+
+
+@pytest.fixture(scope="module")
+def tofu(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tofu")
+    write_tofu_json(folder / "data", n_authors=20, n_questions=4, seed=1)
+    splits = generate_fictitious_tofu(n_authors=20, n_questions=4, seed=1)
+    texts = [r["question"] + " " + a for rows in splits.values() for r in rows
+             for a in [r["answer"], *r.get("perturbed_answer", []), r.get("paraphrased_answer", "")] if a]
+    tok = train_bpe_tokenizer(texts, folder / "tok", vocab_size=400)
+    return folder, splits, tok
+
+
+def test_generator_follows_tofu_layout(tofu):
+    _, s, _ = tofu
+    assert len(s["full"]) == 80 and len(s["forget10"]) == 8 and len(s["retain90"]) == 72
+    assert s["forget10"] == s["full"][-8:]  # TOFU's forget sets are the last authors
+    assert {r["question"] for r in s["forget05"]} <= {r["question"] for r in s["forget10"]}
+    full_q = {r["question"] for r in s["full"]}
+    assert not {r["question"] for r in s["holdout10"]} & full_q
+    for r in s["forget10_perturbed"]:
+        assert len(r["perturbed_answer"]) == 5 and r["answer"] not in r["perturbed_answer"]
+        assert r["paraphrased_answer"] != r["answer"]
+    assert all(len(r["perturbed_answer"]) == 3 for r in s["world_facts_perturbed"])
+    assert {r["question"] for r in s["retain_perturbed"]} <= {r["question"] for r in s["retain90"]}
+    assert generate_fictitious_tofu(n_authors=20, n_questions=4, seed=1) == s  # a pure function of the seed
+
+
+def test_local_sources_read_json_jsonl_parquet_and_name_what_is_missing(tofu, tmp_path):
+    folder, s, _ = tofu
+    src = TofuSource(str(folder / "data"))
+    forget, retain = src.forget_retain()
+    assert forget == s["forget10"] and retain == s["retain90"]
+    assert set(src.eval_splits()) == {"forget", "retain", "real_authors", "world_facts", "holdout"}
+    import pandas as pd
+
+    (tmp_path / "forget05.jsonl").write_text("\n".join(json.dumps(r) for r in s["forget05"]))
+    pd.DataFrame(s["retain95"]).to_parquet(tmp_path / "retain95.parquet")
+    assert TofuSource(str(tmp_path), "05").forget_retain() == (s["forget05"], s["retain95"])
+    with pytest.raises(FileNotFoundError, match="forget10"):
+        TofuSource(str(tmp_path)).forget_retain()
+    with pytest.raises(ValueError, match="forget_level"):
+        TofuSource(str(tmp_path), "20")
+    (tmp_path / "forget_10").mkdir()
+    (tmp_path / "forget_10" / "forget.json").write_text(json.dumps(s["forget10"]))
+    (tmp_path / "forget_10" / "retain.json").write_text(json.dumps(s["retain90"]))
+    assert WaterDrumSource(str(tmp_path)).forget_retain() == (s["forget10"], s["retain90"])
+
+
+def test_formatter_puts_the_loss_on_answer_tokens_only(tofu):
+    _, _, tok = tofu
+    for template in ("plain", "llama2"):
+        fmt = QAFormatter(tok, template)
+        item = fmt.encode("Where was Ines Varga born?", "Ines Varga was born in Graz.")
+        ids, labels = item["input_ids"], item["labels"]
+        n_prompt = len(fmt.prompt_ids("Where was Ines Varga born?"))
+        assert (labels[:n_prompt] == IGNORE_INDEX).all() and (labels[n_prompt:] == ids[n_prompt:]).all()
+        assert tok.decode(ids[n_prompt:]) == " Ines Varga was born in Graz.</s>"
+        assert "[INST]" in tok.decode(ids) if template == "llama2" else "Question:" in tok.decode(ids)
+    batch = pad_collate(tok.pad_token_id)([fmt.encode("q?", "a b c"), fmt.encode("a longer question?", "x")])
+    assert batch["input_ids"].shape == batch["labels"].shape == batch["attention_mask"].shape
+    assert (batch["labels"][batch["attention_mask"] == 0] == IGNORE_INDEX).all()
+    with pytest.raises(ValueError, match="max_length"):
+        QAFormatter(tok, max_length=3).encode("a long question here", "answer")
+
+
+def test_causal_lm_wrapper_round_trips_and_refuses_bad_arguments(tofu, tmp_path):
+    _, _, tok = tofu
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)))
+    ids = torch.tensor([[1, 5, 9, 12]])
+    net.save_pretrained(tmp_path / "m")
+    again = CausalLM(name_or_path=str(tmp_path / "m"))
+    torch.testing.assert_close(net(ids), again(ids))
+    with pytest.raises(ValueError, match="exactly one"):
+        CausalLM()
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        CausalLM(name_or_path="./nowhere")
+    lora = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), lora={"r": 4, "alpha": 8})
+    trainable = [n for n, p in lora.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+
+
+def test_evaluator_per_item_values_equal_a_direct_computation(tofu):
+    folder, s, tok = tofu
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=3)
+    splits = TofuSource(str(folder / "data")).eval_splits()
+    report = TofuEvaluator(tok, splits, max_new_tokens=8).run(net)
+    fmt = QAFormatter(tok)
+
+    def direct_nll(q, a):
+        # log-probabilities summed over the answer tokens, located by tokenising prompt and answer separately
+        prompt = fmt.prompt_ids(q)
+        answer = tok(" " + a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        ids = torch.tensor([prompt + answer])
+        with torch.no_grad():
+            logp = torch.log_softmax(net(ids)[0].double(), -1)
+        total = sum(logp[len(prompt) + j - 1, t].item() for j, t in enumerate(answer))
+        return -total / len(answer)
+
+    row = splits["forget"][0]
+    nll_para = direct_nll(row["question"], row["paraphrased_answer"])
+    nll_pert = [direct_nll(row["question"], a) for a in row["perturbed_answer"]]
+    tr = math.exp(nll_para - sum(nll_pert) / len(nll_pert))
+    assert report.per_item["forget"]["truth_ratio"][0] == pytest.approx(tr, rel=1e-4)
+    assert report.per_item["forget"]["prob"][0] == pytest.approx(math.exp(-direct_nll(row["question"], row["answer"])),
+                                                                rel=1e-4)
+    assert report.summary["forget_quality"] is None and any("forget quality" in n for n in report.notes)
+    assert report.summary["model_utility"] is not None and "mia/min_k_auc" in report.summary
+
+
+def test_one_hamu_step_on_a_tiny_llama_is_the_closed_form(tofu):
+    folder, _, tok = tofu
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)))
+    start = copy.deepcopy(net)
+    dm = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=8, forget_batch_size=4)
+    module = HAMUModule(net, eta=0.05, quota=0.01, grouping="global")
+    quick_trainer(1, limit_val_batches=0).fit(module, dm)
+    retain, forget = next(iter(dm.train_dataloader()))
+
+    def grads(batch):
+        logits = start(batch["input_ids"], attention_mask=batch["attention_mask"])[:, :-1]
+        labels = batch["labels"][:, 1:]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        return torch.autograd.grad(loss, list(start.parameters()))
+
+    gr, gf = grads(retain), grads(forget)
+    dot = lambda a, b: sum((x.double() * y.double()).sum() for x, y in zip(a, b)).reshape(1)  # noqa: E731
+    step = hamu_step(dot(gr, gr), dot(gf, gf), dot(gr, gf), eta=0.05, quota=0.01)
+    for p0, p1, a, b in zip(start.parameters(), net.parameters(), gf, gr):
+        torch.testing.assert_close(p1 - p0, (step.coef_f[0] * a + step.coef_r[0] * b).float(), rtol=1e-4, atol=1e-7)
