@@ -21,6 +21,19 @@ PACKAGES = [
     "lit_unlearn.configs",
 ]
 
+# Causal LMs, TOFU data and metrics, sharded training. transformers is pinned: the next release needs a
+# dependency that not every registry serves; deepspeed is pinned because its ZeRO internals are used.
+LLM = [
+    "transformers==5.24.0",
+    "tokenizers>=0.20",
+    "datasets>=3.0",
+    "rouge-score>=0.1.2",
+    "peft>=0.13",
+    "deepspeed==0.19.8",
+    "pandas>=2.0",
+    "pyarrow>=15",
+]
+
 setup(
     name="lit-unlearn",
     version="0.1.0",
@@ -51,8 +64,9 @@ setup(
         "PyYAML>=6",
     ],
     extras_require={
-        "test": ["pytest>=8", "matplotlib>=3.7"],
+        "llm": LLM,
         "plots": ["matplotlib>=3.7"],
+        "test": ["pytest>=8", "matplotlib>=3.7", *LLM],  # the suite covers the LLM and DeepSpeed paths too
     },
     entry_points={"console_scripts": ["lit-unlearn=lit_unlearn.cli:main"]},
 )

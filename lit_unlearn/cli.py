@@ -8,6 +8,7 @@
                                                the CV experiment suite (trajectories, κ̄–ρ, quota, stopping, ablation)
     lit-unlearn tofu-demo [--preset tofu_tiny_hamu] [--fresh]
                                                offline TOFU: data, tokenizer, tiny Llama target + retrain, unlearn
+    lit-unlearn tofu-eval --model M --data D [--reference R] [--save S]   the TOFU table of one model
     lit-unlearn configs                        list the packaged configs
 
 `pretrain` and `unlearn` put their packaged config before your arguments, so a later `--config` or `--x.y`
@@ -128,6 +129,10 @@ def main(argv: list[str] | None = None) -> None:
         from lit_unlearn.recipes.tofu_demo import run_tofu_demo
 
         run_tofu_demo(argv[1:])
+    elif command == "tofu-eval":
+        from lit_unlearn.recipes.tofu_eval import main as tofu_eval
+
+        tofu_eval(argv[1:])
     elif command == "experiment":
         run_experiment(argv[1:])
     elif command == "configs":

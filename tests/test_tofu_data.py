@@ -154,3 +154,28 @@ def test_one_hamu_step_on_a_tiny_llama_is_the_closed_form(tofu):
     step = hamu_step(dot(gr, gr), dot(gf, gf), dot(gr, gf), eta=0.05, quota=0.01)
     for p0, p1, a, b in zip(start.parameters(), net.parameters(), gf, gr):
         torch.testing.assert_close(p1 - p0, (step.coef_f[0] * a + step.coef_r[0] * b).float(), rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["FT", "GA", "GradDiff", "KL", "NPO", "SCRUB"])
+def test_baselines_move_the_loss_they_target_on_a_tiny_llama(tofu, name):
+    from lit_unlearn.modules import FTModule, GAModule, GradDiffModule, KLModule, NPOModule, SCRUBModule
+
+    folder, _, tok = tofu
+    make = {"FT": lambda n: FTModule(n, lr=1e-2, optimizer="adam"), "GA": lambda n: GAModule(n, lr=1e-2),
+            "GradDiff": lambda n: GradDiffModule(n, lr=0.5), "KL": lambda n: KLModule(n, lr=1e-2),
+            "NPO": lambda n: NPOModule(n, lr=1e-2, retain_weight=0.0),
+            "SCRUB": lambda n: SCRUBModule(n, lr=1e-2, schedule="combined", alpha=0.0, gamma=1.0)}[name]
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=2)
+    dm = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=8, forget_batch_size=8)
+    retain, forget = next(iter(dm.train_dataloader())) if dm.setup("fit") is None else None
+    module = make(net)
+
+    def loss(batch):
+        with torch.no_grad():
+            return module.compute_loss(batch).item()
+
+    side = retain if name in ("FT", "SCRUB") else forget
+    before = loss(side)
+    quick_trainer(2, limit_val_batches=0).fit(module, dm)
+    after = loss(side)
+    assert (after < before) if name in ("FT", "SCRUB") else (after > before)

@@ -1,0 +1,47 @@
+"""The offline TOFU job end to end through the CLI, the standalone evaluator agreeing with the in-training
+one, and the packaged LLM configs (tiny and Llama-2-7B / DeepSpeed) parsing."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def cli(args, cwd, env):
+    proc = subprocess.run([sys.executable, "-m", "lit_unlearn.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def test_tofu_demo_then_standalone_eval_reproduces_the_callback(tmp_path, subprocess_env):
+    out = cli(["tofu-demo", "--trainer.max_steps=10", "--trainer.enable_progress_bar=false"], tmp_path,
+              subprocess_env)
+    assert "TOFU evaluation (results, step 10)" in out.stderr + out.stdout
+    run = tmp_path / "runs/tofu/hamu/version_0"
+    results = json.loads((run / "tofu_results.json").read_text())["summary"]
+    start = json.loads((run / "tofu_start.json").read_text())["summary"]
+    for summary in (results, start):
+        assert summary["forget_quality"] is not None and 0 <= summary["forget_quality"] <= 1
+        assert 0 < summary["model_utility"] <= 1
+    assert list(run.glob("events.out.tfevents.*"))
+    reference = json.loads((tmp_path / "runs/tofu/retrain_eval.json").read_text())
+    assert len(reference["per_item"]["forget"]["truth_ratio"]) == 32
+    again = cli(["tofu-eval", "--model", str(tmp_path / "runs/tofu/hamu/checkpoints/last.ckpt"), "--base",
+                 str(tmp_path / "runs/tofu/target"), "--data", str(tmp_path / "runs/tofu/data"), "--reference",
+                 str(tmp_path / "runs/tofu/retrain_eval.json"), "--max-new-tokens", "48", "--save",
+                 str(tmp_path / "again.json")], tmp_path, subprocess_env)
+    assert "forget_quality" in again.stdout
+    standalone = json.loads((tmp_path / "again.json").read_text())["summary"]
+    for key in ("forget_quality", "model_utility", "forget_truth_ratio", "forget/rouge", "mia/min_k_auc"):
+        assert standalone[key] == pytest.approx(results[key], rel=1e-6), key
+
+
+@pytest.mark.parametrize("preset", ["tofu_llama2_7b_hamu_zero2", "tofu_llama2_7b_hamu_zero3",
+                                    "waterdrum_llama2_7b_hamu_lora", "tofu_tiny_ofmu", "tofu_tiny_npo"])
+def test_llm_configs_parse(preset, tmp_path, subprocess_env):
+    out = cli(["unlearn", "--preset", preset, "--print_config"], tmp_path, subprocess_env)
+    assert "class_path: lit_unlearn.models.CausalLM" in out.stdout
