@@ -26,6 +26,7 @@ def main():
     ap.add_argument("--stage", type=int, default=0)
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--ddp", action="store_true", help="plain DDP instead of DeepSpeed")
+    ap.add_argument("--method", default="hamu", choices=["hamu", "ofmu"])
     ap.add_argument("--ckpt-dir")
     ap.add_argument("--resume")
     args = ap.parse_args()
@@ -35,7 +36,13 @@ def main():
 
     tok = AutoTokenizer.from_pretrained(args.tokenizer)
     net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=0)
-    module = HAMUModule(net, eta=0.05, quota=0.01)
+    if args.method == "ofmu":
+        from lit_unlearn.modules import OFMUModule
+
+        module = OFMUModule(net, inner_steps=2, inner_lr=0.05, beta=0.3, outer_lr=0.05, rho=0.5,
+                            hvp="finite_difference", fd_step=1e-2)
+    else:
+        module = HAMUModule(net, eta=0.05, quota=0.01)
     module.report = False
     dm = TofuDataModule(TofuSource(args.data), tok, retain_batch_size=8, forget_batch_size=4)
     kwargs = {}
