@@ -115,7 +115,10 @@ def run_experiment(argv: list[str]) -> None:
     if studies and (bad := [s for s in studies if s not in STUDIES]):
         raise SystemExit(f"unknown studies {bad}; choose from {', '.join(STUDIES)}")
     warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
-    run_suite(cfg, args.out, studies, plots=not args.no_plots, log=lambda m: print(m, flush=True))
+    try:
+        run_suite(cfg, args.out, studies, plots=not args.no_plots, log=lambda m: print(m, flush=True))
+    except FileNotFoundError as err:  # missing data: say where the suite config sets it, without a traceback
+        raise SystemExit(f"{err}\n(in an experiment config the data folder is dataset.init_args.root)") from err
 
 
 def main(argv: list[str] | None = None) -> None:
