@@ -44,6 +44,8 @@ def packaged_config(name: str) -> str:
 class UnlearnCLI(LightningCLI):
     def __init__(self, args=None, run: bool = True) -> None:
         warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
+        # Our checkpoints hold the state after each update on purpose (resume is exact from there).
+        warnings.filterwarnings("ignore", message=r".*Using ModelCheckpoint with manual optimization.*")
         super().__init__(
             model_class=None,
             datamodule_class=None,
