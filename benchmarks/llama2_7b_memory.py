@@ -2,7 +2,7 @@
 
 Counts the parameters exactly (the Llama-2-7B architecture built on the meta device) and applies ZeRO's
 accounting for bf16 weights, an fp32 master copy (the optimizer is plain SGD without momentum: no other
-state) and gradients, plus what HAMU adds: an fp32 copy of this rank's slices of g_r and g_f. Activations are
+state) and gradients, plus what HAMU adds: an fp32 copy of this rank's slices of g_r (the update is combined in place in g_f's). Activations are
 estimated for gradient checkpointing (one layer input kept per layer, one layer's full activations live).
 
     python benchmarks/llama2_7b_memory.py [--gpus 8] [--micro-batch 4] [--seq 512]
@@ -35,7 +35,7 @@ def main() -> None:
     args = ap.parse_args()
     n, cfg = llama2_7b_params()
     d = args.gpus
-    weights_bf16, master_fp32, grads_bf16, hamu_fp32 = 2 * n, 4 * n, 2 * n, 8 * n  # bytes over all GPUs
+    weights_bf16, master_fp32, grads_bf16, hamu_fp32 = 2 * n, 4 * n, 2 * n, 4 * n  # bytes over all GPUs
     # Activations with checkpointing: per layer the bf16 input (b·s·h), plus one layer's working set
     # (≈ 34·b·s·h bytes + 5·b·heads·s² for attention scores in bf16, Korthikanti et al. 2022).
     b, s, h = args.micro_batch, args.seq, cfg.hidden_size
@@ -49,7 +49,7 @@ def main() -> None:
     print(f"  activations (checkpointed, one side at a time) ≈ {act / GB:.1f} GB, fp32 logits {logits / GB:.1f} GB")
     for stage, states in rows.items():
         total = states + act + logits
-        print(f"  {stage}: model states {states / GB:5.1f} GB/GPU (HAMU's g_r, g_f slices {hamu_fp32 / d / GB:.1f}"
+        print(f"  {stage}: model states {states / GB:5.1f} GB/GPU (HAMU's g_r copy {hamu_fp32 / d / GB:.1f}"
               f" GB of it), with activations ≈ {total / GB:5.1f} GB/GPU of 80")
     print(f"  KL / NPO / SCRUB also keep a frozen bf16 reference model: +{weights_bf16 / GB:.1f} GB/GPU (replicated)")
 

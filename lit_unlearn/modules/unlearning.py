@@ -124,7 +124,7 @@ class UnlearningModule(pl.LightningModule):
             # ZeRO-3 accumulate into the previous backward's partition.
             self.optimizers().zero_grad()
             self.manual_backward(loss)
-            return read_local_grads(params, self.zero_stage)
+            return read_local_grads(params, self.zero_stage, copy=release)
         for p in params:
             p.grad = None
         self.manual_backward(loss)
