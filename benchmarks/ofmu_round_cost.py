@@ -26,23 +26,10 @@ import torch
 import torch.nn.functional as F
 
 from lit_unlearn.algorithms.ofmu import phi_gradient_autograd
-from lit_unlearn.data import ArrayDataset, PairedDataModule
 from lit_unlearn.models import CifarResNet
 from lit_unlearn.modules import OFMUModule
 
-from hamu_step_overhead import StepTimer  # noqa: E402  (same folder)
-
-
-class Synthetic(PairedDataModule):
-    def __init__(self, n: int, batch: int) -> None:
-        super().__init__(retain_batch_size=batch, forget_batch_size=batch, seed=0)
-        self.n = n
-
-    def build(self):
-        g = torch.Generator().manual_seed(0)
-        make = lambda: ArrayDataset(torch.randn(self.n, 3, 32, 32, generator=g),  # noqa: E731
-                                    torch.randint(0, 10, (self.n,), generator=g))
-        return make(), make(), {}
+from hamu_step_overhead import StepTimer, SyntheticCifar  # noqa: E402  (same folder)
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -86,7 +73,7 @@ def main() -> None:
 
     torch.manual_seed(0)
     net = CifarResNet(depth=args.depth, num_classes=10, in_channels=3).eval()  # BatchNorm frozen, as in training
-    dm = Synthetic(n=args.batch * (args.rounds + 2), batch=args.batch)
+    dm = SyntheticCifar(n=args.batch * (args.rounds + 2), batch=args.batch)
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     before = components(net, batch, args.beta, repeats=3)

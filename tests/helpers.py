@@ -28,3 +28,20 @@ def first_pair(dm):
 def tiny_mlp(seed=0):
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.Tanh(), torch.nn.Linear(32, 10))
+
+
+def flat_view(net):
+    """(θ as one flat vector, unflat(t) → {name: tensor} for torch.func.functional_call): losses written as
+    functions of a single parameter vector, for materialised Hessians and reference reimplementations."""
+    names = [n for n, _ in net.named_parameters()]
+    shapes = [p.shape for p in net.parameters()]
+    theta = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+
+    def unflat(t):
+        out, i = {}, 0
+        for n, s in zip(names, shapes):
+            out[n] = t[i:i + s.numel()].reshape(s)
+            i += s.numel()
+        return out
+
+    return theta, unflat

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from helpers import flat_view
 from lit_unlearn.algorithms.ofmu import cosine_partials, fd_hvp, phi_gradient_autograd, phi_gradient_fd, rho_at
 
 BETA = 0.7
@@ -16,17 +17,9 @@ def _problem(seed=0):
     torch.manual_seed(seed)
     net = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3)).double()
     shapes = [p.shape for p in net.parameters()]
-    names = [n for n, _ in net.named_parameters()]
-    theta = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+    theta, unflat = flat_view(net)
     xf, yf = torch.randn(6, 4, dtype=torch.float64), torch.randint(0, 3, (6,))
     xr, yr = torch.randn(8, 4, dtype=torch.float64), torch.randint(0, 3, (8,))
-
-    def unflat(t):
-        out, i = {}, 0
-        for n, s in zip(names, shapes):
-            out[n] = t[i:i + s.numel()].reshape(s)
-            i += s.numel()
-        return out
 
     def losses(t):
         params = unflat(t)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from helpers import digits_dm, first_pair, quick_trainer, tiny_mlp
+from helpers import digits_dm, first_pair, flat_view, quick_trainer, tiny_mlp
 from lit_unlearn.callbacks import FinalCheckpoint, RhoScheduler
 from lit_unlearn.modules import OFMUModule
 
@@ -21,16 +21,8 @@ def _in_tmp(tmp_path, monkeypatch):
 def reference_round(net, retain, forget, inner_steps, inner_lr, beta, outer_lr, rho):
     """OFMU's round written from the formulas, in float64 on one flat parameter vector."""
     net = copy.deepcopy(net).double()
-    names = [n for n, _ in net.named_parameters()]
-    shapes = [p.shape for p in net.parameters()]
+    theta, unflat = flat_view(net)
     (xr, yr), (xf, yf) = (retain[0].double(), retain[1]), (forget[0].double(), forget[1])
-
-    def unflat(t):
-        out, i = {}, 0
-        for n, s in zip(names, shapes):
-            out[n] = t[i:i + s.numel()].reshape(s)
-            i += s.numel()
-        return out
 
     def loss(t, x, y):
         return F.cross_entropy(functional_call(net, unflat(t), (x,)), y)
@@ -40,7 +32,6 @@ def reference_round(net, retain, forget, inner_steps, inner_lr, beta, outer_lr, 
         gr = torch.autograd.grad(loss(t, xr, yr), t, create_graph=True)[0]
         return loss(t, xf, yf) - beta * torch.dot(gf, gr) / (gf.norm() * gr.norm())
 
-    theta = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
     for _ in range(inner_steps):
         t = theta.clone().requires_grad_(True)
         theta = theta + inner_lr * torch.autograd.grad(phi(t), t)[0]
