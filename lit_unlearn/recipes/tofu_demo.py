@@ -117,7 +117,7 @@ def run_tofu_demo(argv: list[str]) -> None:
         else:
             rest.append(argv[i])
             i += 1
-    paths = prepare_tofu_assets(out, fresh)
+    prepare_tofu_assets(out, fresh)
     print(f"== unlearning forget10 with {preset} ==", flush=True)
     UnlearnCLI(args=_with_preset(rest, preset))
     print(f"TensorBoard: tensorboard --logdir {out}", flush=True)
