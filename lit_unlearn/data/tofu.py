@@ -215,9 +215,12 @@ class QAFinetuneDataModule(pl.LightningDataModule):
     reference on `retain90`), validating on the forget split."""
 
     def __init__(self, source: TofuSource, tokenizer: Any, splits: tuple[str, ...] = ("full",), template: str = "plain",
-                 max_length: int = 256, batch_size: int = 32, seed: int = 0, val_split: str | None = None) -> None:
+                 max_length: int = 256, batch_size: int = 32, seed: int = 0, val_split: str | None = None,
+                 extra_rows: list[dict] | None = None) -> None:
+        """extra_rows: QA records trained on besides the named splits (e.g. paraphrases as language knowledge)."""
         super().__init__()
         self.source, self.tokenizer, self.splits = source, tokenizer, tuple(splits)
+        self.extra_rows = list(extra_rows or [])
         self.formatter = QAFormatter(tokenizer, template, max_length)
         self.batch_size, self.seed, self.val_split = batch_size, seed, val_split
         self.collate_fn = pad_collate(tokenizer.pad_token_id)
@@ -225,7 +228,7 @@ class QAFinetuneDataModule(pl.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is None:
-            rows = [r for split in self.splits for r in self.source.load_split(split)]
+            rows = [r for split in self.splits for r in self.source.load_split(split)] + self.extra_rows
             self.train_set = TokenizedQA(rows, self.formatter)
             if self.val_split:
                 self.val_set = TokenizedQA(self.source.load_split(self.val_split), self.formatter)

@@ -62,13 +62,6 @@ class ObjectiveUnlearningModule(UnlearningModule):
     def reference_logits(self, batch) -> Tensor:
         return self.logits_and_labels(batch, self.reference)[0]
 
-    def checked(self, loss: Tensor, which: str) -> Tensor:
-        if not torch.isfinite(loss):
-            raise FloatingPointError(
-                f"the {which} loss is {loss.item()} at step {self.global_step}: the model has diverged or the inputs "
-                "contain NaN/inf. Lower lr, check the data, or resume from an earlier checkpoint.")
-        return loss
-
     # ----- Lightning plumbing ---------------------------------------------------------------------------------------
     def on_fit_start(self) -> None:
         if self._reference is not None:

@@ -10,6 +10,7 @@ scheduler sees k = global_step. The maths is in lit_unlearn.algorithms.ofmu.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 
@@ -94,25 +95,12 @@ class OFMUModule(UnlearningModule):
 
     # ----- ∇Φ at the current weights ---------------------------------------------------------------------------------
     def _grads_at(self, retain_batch, forget_batch):
-        params = self._params
-
         def grads_at(direction: Sequence[Tensor] | None, step: float):
-            saved = None
-            if direction is not None:
-                saved = [p.detach().clone() for p in params]
-                with torch.no_grad():
-                    for p, d in zip(params, direction):
-                        p.add_(d.to(p.dtype), alpha=step)
-            try:
+            with self._moved(direction, step):
                 loss_f = self.checked_loss(forget_batch, "forget")
                 g_f = self.gradients(loss_f)  # released: these tensors are ours, p.grad is reset
                 loss_r = self.checked_loss(retain_batch, "retain")
                 g_r = self.gradients(loss_r)
-            finally:
-                if saved is not None:
-                    with torch.no_grad():
-                        for p, s in zip(params, saved):
-                            p.copy_(s)
             return g_f, g_r, loss_f.detach(), loss_r.detach()
 
         return grads_at
@@ -136,26 +124,27 @@ class OFMUModule(UnlearningModule):
         grads_at = self._grads_at(retain_batch, forget_batch)
 
         def phi_grad_at(direction, step):
-            shifted = self._shifted(direction, step)
-            try:
+            with self._moved(direction, step):
                 return phi_gradient_fd(grads_at, self.beta, self.fd_step).grad
-            finally:
-                shifted()
 
         return pg.grad, fd_hvp(phi_grad_at, pg.grad, self.fd_step), pg
 
-    def _shifted(self, direction, step):
+    @contextlib.contextmanager
+    def _moved(self, direction: Sequence[Tensor] | None, step: float):
+        """Weights at θ + step·direction inside the block, restored exactly (copied back) afterwards; nests."""
+        if direction is None:
+            yield
+            return
         saved = [p.detach().clone() for p in self._params]
         with torch.no_grad():
             for p, d in zip(self._params, direction):
                 p.add_(d.to(p.dtype), alpha=step)
-
-        def restore():
+        try:
+            yield
+        finally:
             with torch.no_grad():
                 for p, s in zip(self._params, saved):
                     p.copy_(s)
-
-        return restore
 
     # ----- one outer round -----------------------------------------------------------------------------------------
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:

@@ -104,7 +104,10 @@ class UnlearningModule(pl.LightningModule):
         return [(n, p) for n, p in self.network.named_parameters() if p.requires_grad]
 
     def checked_loss(self, batch, which: str) -> Tensor:
-        loss = self.compute_loss(batch)
+        return self.checked(self.compute_loss(batch), which)
+
+    def checked(self, loss: Tensor, which: str) -> Tensor:
+        """`loss`, or a clear error if it is NaN/inf (says which loss, at which step, and what to try)."""
         if not torch.isfinite(loss):
             raise FloatingPointError(
                 f"the {which} loss is {loss.item()} at step {self.global_step}: the model has diverged or the inputs "

@@ -43,17 +43,9 @@ def _finetune(out: Path, data: Path, tokenizer, rows_from: tuple[str, ...], keep
     paraphrases = [{"question": r["question"], "answer": r["paraphrased_answer"]}
                    for r in source.load_split("full_perturbed") if keep is None or r["question"] in keep]
 
-    class WithParaphrases(QAFinetuneDataModule):
-        def setup(self, stage=None):
-            if self.train_set is None:
-                from lit_unlearn.data import TokenizedQA
-
-                rows = [r for split in self.splits for r in self.source.load_split(split)] + paraphrases
-                self.train_set = TokenizedQA(rows, self.formatter)
-
     pl.seed_everything(seed, verbose=False)
     net = CausalLM(config=tiny_llama_config(vocab_size=len(tokenizer), **TINY_SIZE), seed=seed)
-    dm = WithParaphrases(source, tokenizer, splits=rows_from, batch_size=32, seed=seed)
+    dm = QAFinetuneDataModule(source, tokenizer, splits=rows_from, batch_size=32, seed=seed, extra_rows=paraphrases)
     trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_model_summary=False,
                          enable_progress_bar=False, accelerator="cpu", devices=1)
     trainer.fit(SupervisedModule(net, lr=lr), dm)
