@@ -1,48 +1,40 @@
-"""`lit-unlearn`: LightningCLI subcommands plus shortcuts for the common jobs.
+"""`lit-unlearn`: the project's commands on top of LightningCLI.
 
-    lit-unlearn fit --config configs/cifar10_hamu.yaml [--ckpt_path last]  any LightningCLI subcommand
-    lit-unlearn pretrain [LightningCLI args]   fit with the packaged target-training config first
-    lit-unlearn unlearn  [LightningCLI args]   fit with the packaged HAMU config first (needs a target)
-    lit-unlearn demo [--fresh]                 pretrain a digits target, unlearn class 0 with HAMU-Q, print the table
-    lit-unlearn experiment [--preset claims_digits | --config FILE] [--out DIR] [--studies a,b] [--no-plots]
-                                               the CV experiment suite (trajectories, κ̄–ρ, quota, stopping, ablation)
-    lit-unlearn tofu-demo [--preset tofu_tiny_hamu] [--fresh]
-                                               offline TOFU: data, tokenizer, tiny Llama target + retrain, unlearn
-    lit-unlearn tofu-eval --model M --data D [--reference R] [--save S]   the TOFU table of one model
-    lit-unlearn configs                        list the packaged configs
+    lit-unlearn --help                       every command, with its purpose, and the packaged presets
+    lit-unlearn COMMAND --help               one command's options (never starts any work)
+    lit-unlearn [--verbose] [--debug] COMMAND ...
 
-`pretrain` and `unlearn` put their packaged config before your arguments, so a later `--config` or `--x.y`
-overrides it. Pick another packaged config by name: `lit-unlearn unlearn --preset digits_npo`. A packaged
-config may start from another (`# extends: digits_unlearn` in its header); both are passed, base first.
-With plain `lit-unlearn fit`, pass the chain yourself: `--config configs/digits_unlearn.yaml --config
-configs/digits_ga.yaml`.
+A user error (a bad value, a missing file, an unknown key) is one message on stderr and exit code 2;
+`--debug` shows its traceback. Errors that are the tool's own fault keep their traceback. `--verbose` shows
+the libraries' info lines and warnings that are hidden by default (lit_unlearn.quiet).
 """
 
 from __future__ import annotations
 
+import difflib
 import sys
 import warnings
-from importlib import resources
-from pathlib import Path
+from collections.abc import Callable
 
 from lightning.pytorch.cli import LightningCLI
 
-__all__ = ["UnlearnCLI", "main", "packaged_config"]
+from lit_unlearn.errors import UserError, user_error_message
+from lit_unlearn.packaged_configs import config_chain, packaged_config
+from lit_unlearn.specs import namespace_to_dict
 
-PRESETS = {"pretrain": "digits_pretrain", "unlearn": "digits_hamu"}
+__all__ = ["UnlearnCLI", "main", "packaged_config", "COMMANDS"]
 
-
-def packaged_config(name: str) -> str:
-    """Path of a config shipped with the package (`configs/NAME.yaml` in the repository)."""
-    path = resources.files("lit_unlearn.configs") / f"{name.removesuffix('.yaml')}.yaml"
-    if not path.is_file():
-        available = sorted(p.name for p in resources.files("lit_unlearn.configs").iterdir() if p.name.endswith(".yaml"))
-        raise SystemExit(f"no packaged config {name!r}; available: {', '.join(available)}")
-    return str(path)
+LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 
 class UnlearnCLI(LightningCLI):
+    """LightningCLI with the project's defaults. run=False parses a plain config (no subcommand) and adds
+    `--ckpt_path`, so a command can adjust the objects before it fits them."""
+
     def __init__(self, args=None, run: bool = True) -> None:
+        from lit_unlearn.callbacks.step_progress import StepProgressBar
+
+        self._standalone = not run
         warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
         # Our checkpoints hold the state after each update on purpose (resume is exact from there).
         warnings.filterwarnings("ignore", message=r".*Using ModelCheckpoint with manual optimization.*")
@@ -55,97 +47,161 @@ class UnlearnCLI(LightningCLI):
             # Resuming into an existing log folder must not abort on its saved config.yaml.
             save_config_kwargs={"overwrite": True},
             seed_everything_default=0,
+            trainer_defaults={"enable_model_summary": False, "callbacks": [StepProgressBar()]},
+            parser_kwargs={"exit_on_error": False},
             args=args,
             run=run,
         )
 
+    def add_arguments_to_parser(self, parser) -> None:
+        if self._standalone:
+            parser.add_argument("--ckpt_path", type=str | None, default=None,
+                                help="resume from this checkpoint, or 'last' for the run's latest")
 
-def config_chain(name: str) -> list[str]:
-    """The packaged config `name` preceded by the ones it extends (a `# extends: OTHER` line near its top)."""
-    chain: list[str] = []
-    while name:
-        path = packaged_config(name)
-        if path in chain:
-            raise SystemExit(f"packaged config {name!r} extends itself (cycle in '# extends:' lines)")
-        chain.insert(0, path)
-        header = Path(path).read_text().splitlines()[:5]
-        name = next((ln.split(":", 1)[1].strip() for ln in header if ln.startswith("# extends:")), "")
-    return chain
+    def before_fit(self) -> None:
+        self.record_network_spec()
+
+    def record_network_spec(self) -> None:
+        # The network's class_path/init_args, for what needs to build the same architecture again (the training
+        # recipe a target checkpoint records; the retrained reference).
+        config = self.config[self.subcommand] if getattr(self, "subcommand", None) else self.config
+        network = namespace_to_dict(config.get("model", {}).get("init_args", {}).get("network"))
+        if isinstance(network, dict) and "class_path" in network and hasattr(self.model, "network_spec"):
+            self.model.network_spec = network
 
 
-def _with_preset(argv: list[str], default: str) -> list[str]:
+def preset_args(argv: list[str], default: str) -> tuple[str, list[str]]:
+    """(preset name, LightningCLI args: the preset's config chain first, then the user's arguments)."""
     preset = default
     if "--preset" in argv:
         i = argv.index("--preset")
         if i + 1 >= len(argv):
-            raise SystemExit("--preset needs a config name (see `lit-unlearn configs`)")
+            raise UserError("--preset needs a config name (see `lit-unlearn configs`)")
         preset = argv[i + 1]
         argv = argv[:i] + argv[i + 2:]
-    configs = [arg for path in config_chain(preset) for arg in ("--config", path)]
-    return ["fit", *configs, *argv]
+    return preset, [arg for path in config_chain(preset) for arg in ("--config", path)] + list(argv)
 
 
-def run_demo(argv: list[str]) -> None:
-    """The embedded default job: target on digits → HAMU-Q unlearning of class 0 → before/after table."""
-    fresh = "--fresh" in argv
-    target = Path("runs/digits/target/checkpoints/last.ckpt")
-    if fresh or not target.is_file():
-        print("== 1/2: training the target model (ResNet-20 on scikit-learn digits) ==", flush=True)
-        UnlearnCLI(args=_with_preset([], "digits_pretrain"))
-    else:
-        print(f"== 1/2: reusing the target at {target} (pass --fresh to retrain) ==", flush=True)
-    print("== 2/2: unlearning class 0 with HAMU-Q ==", flush=True)
-    UnlearnCLI(args=_with_preset([f"--model.init_args.target_ckpt={target}"], "digits_hamu"))
-    print("TensorBoard: tensorboard --logdir runs/digits", flush=True)
+def _with_preset(argv: list[str], default: str) -> list[str]:
+    """`fit` + the preset's configs + the user's arguments (for plain LightningCLI runs)."""
+    return ["fit", *preset_args(argv, default)[1]]
 
 
-def run_experiment(argv: list[str]) -> None:
-    import argparse
+# ----- commands ------------------------------------------------------------------------------------------------------
+def _pretrain(argv):
+    from lit_unlearn.recipes.fit import fit_command
 
-    from lit_unlearn.experiments import STUDIES, load_config, run_suite
+    fit_command(argv, "digits_pretrain", "pretrain", "train a target model")
 
-    parser = argparse.ArgumentParser(prog="lit-unlearn experiment", description="Run the CV experiment suite.")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--preset", default="claims_digits", help="a packaged suite config (default: %(default)s)")
-    source.add_argument("--config", help="a suite config file (see configs/claims_digits.yaml)")
-    parser.add_argument("--out", help="output folder (default: the config's out_dir)")
-    parser.add_argument("--studies", help=f"comma-separated subset of {','.join(STUDIES)}")
-    parser.add_argument("--no-plots", action="store_true", help="write the CSVs and tables only")
-    args = parser.parse_args(argv)
-    cfg = load_config(args.config or packaged_config(args.preset))
-    studies = args.studies.split(",") if args.studies else None
-    if studies and (bad := [s for s in studies if s not in STUDIES]):
-        raise SystemExit(f"unknown studies {bad}; choose from {', '.join(STUDIES)}")
-    warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
-    try:
-        run_suite(cfg, args.out, studies, plots=not args.no_plots, log=lambda m: print(m, flush=True))
-    except FileNotFoundError as err:  # missing data: say where the suite config sets it, without a traceback
-        raise SystemExit(f"{err}\n(in an experiment config the data folder is dataset.init_args.root)") from err
+
+def _unlearn(argv):
+    from lit_unlearn.recipes.fit import fit_command
+
+    fit_command(argv, "digits_hamu", "unlearn", "unlearn a trained target")
+
+
+def _retrain(argv):
+    from lit_unlearn.recipes.retrain import main as retrain
+
+    retrain(argv)
+
+
+def _demo(argv):
+    from lit_unlearn.recipes.demo import main as demo
+
+    demo(argv)
+
+
+def _experiment(argv):
+    from lit_unlearn.recipes.experiment import main as experiment
+
+    experiment(argv)
+
+
+def _tofu_demo(argv):
+    from lit_unlearn.recipes.tofu_demo import run_tofu_demo
+
+    run_tofu_demo(argv)
+
+
+def _tofu_eval(argv):
+    from lit_unlearn.recipes.tofu_eval import main as tofu_eval
+
+    tofu_eval(argv)
+
+
+def _configs(argv):
+    from lit_unlearn.packaged_configs import describe_configs
+
+    if argv and argv[0] in ("-h", "--help"):
+        print("usage: lit-unlearn configs\n\nList the packaged configs (presets): name, purpose, path.")
+        return
+    for name, purpose, path in describe_configs():
+        print(f"{name:34s} {purpose}\n{'':34s} {path}")
+
+
+COMMANDS: dict[str, tuple[str, Callable[[list[str]], None]]] = {
+    "demo": ("the embedded default: digits target, retrained reference, HAMU stopped at the forget target, table",
+             _demo),
+    "pretrain": ("train a target model (preset digits_pretrain; any LightningCLI override)", _pretrain),
+    "retrain": ("train, or find in the cache, the retrained reference of an unlearning config (gold standard)",
+                _retrain),
+    "unlearn": ("unlearn a target (preset digits_hamu; --preset NAME, --target T, any LightningCLI override)",
+                _unlearn),
+    "experiment": ("the CV experiment suite: trajectories, hardness, quota, stopping, ablation, verification",
+                   _experiment),
+    "tofu-demo": ("offline TOFU: generated authors, tiny Llama target and retain-only model, unlearning, TOFU table",
+                  _tofu_demo),
+    "tofu-eval": ("the TOFU table (forget quality, model utility, ROUGE, MIA) of one model", _tofu_eval),
+    "configs": ("list the packaged configs (presets) and what each runs", _configs),
+}
+
+
+def top_help() -> str:
+    from lit_unlearn.packaged_configs import describe_configs
+
+    lines = ["usage: lit-unlearn [--verbose] [--debug] COMMAND [options]", "",
+             "Machine unlearning with PyTorch Lightning: HAMU, OFMU and the baselines, verified against a model",
+             "retrained without the forget set.", "", "commands:"]
+    lines += [f"  {name:12s} {purpose}" for name, (purpose, _) in COMMANDS.items()]
+    lines += [f"  {'fit|validate|test|predict':12s} plain LightningCLI (--config FILE ...)", "",
+              "presets (--preset NAME; `lit-unlearn configs` shows their paths):"]
+    lines += [f"  {name:32s} {purpose}" for name, purpose, _ in describe_configs()]
+    lines += ["", "options:", "  --verbose    show the libraries' own info lines and warnings (hidden by default)",
+              "  --debug      show the traceback of user errors", "",
+              "`lit-unlearn COMMAND --help` shows a command's options. Docs: README.md and docs/."]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = argv[0] if argv else ""
-    if command in PRESETS:
-        UnlearnCLI(args=_with_preset(argv[1:], PRESETS[command]))
-    elif command == "demo":
-        run_demo(argv[1:])
-    elif command == "tofu-demo":
-        from lit_unlearn.recipes.tofu_demo import run_tofu_demo
+    verbose, debug = "--verbose" in argv, "--debug" in argv
+    argv = [a for a in argv if a not in ("--verbose", "--debug")]
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(top_help())
+        return
+    command, rest = argv[0], argv[1:]
+    if not verbose:
+        from lit_unlearn.quiet import silence_library_noise
 
-        run_tofu_demo(argv[1:])
-    elif command == "tofu-eval":
-        from lit_unlearn.recipes.tofu_eval import main as tofu_eval
-
-        tofu_eval(argv[1:])
-    elif command == "experiment":
-        run_experiment(argv[1:])
-    elif command == "configs":
-        for p in sorted(resources.files("lit_unlearn.configs").iterdir(), key=lambda p: p.name):
-            if p.name.endswith(".yaml"):
-                print(p)
-    else:
-        UnlearnCLI(args=argv)
+        silence_library_noise()
+    try:
+        if command in COMMANDS:
+            COMMANDS[command][1](rest)
+        elif command in LIGHTNING_SUBCOMMANDS:
+            UnlearnCLI(args=argv)
+        else:
+            close = difflib.get_close_matches(command, [*COMMANDS, *LIGHTNING_SUBCOMMANDS], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UserError(f"unknown command {command!r}{hint}; `lit-unlearn --help` lists them")
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as err:  # noqa: BLE001 - user errors become one line; the rest keep their traceback
+        message = user_error_message(err)
+        if message is None or debug:
+            raise
+        print(f"lit-unlearn {command}: error: {message}", file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

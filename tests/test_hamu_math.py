@@ -257,7 +257,7 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(FloatingPointError, match="non-finite"):
         hamu_step(ok, torch.tensor([float("inf")]), ok, eta=0.1, quota=0.01, clip_norm=None)
     with pytest.raises(ValueError, match="eta"):
-        hamu_step(ok, ok, ok, eta=0.0, quota=0.01)
+        hamu_step(ok, ok, ok, eta=-0.1, quota=0.01)  # η = 0 is allowed: a step that does not move
     with pytest.raises(ValueError, match="quota"):
         hamu_step(ok, ok, ok, eta=0.1, quota=-1.0)
     with pytest.raises(ValueError, match="variant"):

@@ -237,8 +237,8 @@ def hamu_step(
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant={variant!r}: choose 'Q' (forget quota) or 'U' (retain quota)")
-    if not (eta > 0 and math.isfinite(eta)):
-        raise ValueError(f"eta must be a positive finite number, got {eta}")
+    if not (eta >= 0 and math.isfinite(eta)):  # η = 0 is a step that does not move (a controller's "hold")
+        raise ValueError(f"eta must be a non-negative finite number, got {eta}")
     if not (quota >= 0 and math.isfinite(quota)):
         raise ValueError(f"the quota (Q or U) must be a non-negative finite number, got {quota}")
     if rr.ndim != 1 or rr.shape != ff.shape or rr.shape != rf.shape or rr.numel() == 0:

@@ -15,23 +15,32 @@ __all__ = ["ClassificationDataModule", "PairedDataModule", "UnlearningDataModule
 
 
 class ClassificationDataModule(pl.LightningDataModule):
-    """Train split for fitting, test split for validation. Defaults to the bundled digits."""
+    """Train split for fitting, test split for validation. Defaults to the bundled digits.
+
+    With `forget`, training uses the retain split only (the training set minus that forget set): this is how a
+    retrained reference is made, with every other part of the recipe unchanged.
+    """
 
     def __init__(self, dataset: ImageSource | None = None, batch_size: int = 128, eval_batch_size: int = 512,
-                 num_workers: int = 0, seed: int = 0) -> None:
+                 num_workers: int = 0, seed: int = 0, forget: ForgetSpec | None = None) -> None:
         super().__init__()
         self.dataset = dataset or DigitsSource()
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
-        self.num_workers, self.seed = num_workers, seed
+        self.num_workers, self.seed, self.forget = num_workers, seed, forget
         self.splits: ImageSplits | None = None
+        self.train_set: Dataset | None = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits is None:
             self.splits = self.dataset.load()
+            self.train_set = self.splits.train
+            if self.forget is not None:
+                _, retain = self.forget.split(self.splits.train.labels.numpy())
+                self.train_set = self.splits.train.subset(retain)
 
     def train_dataloader(self) -> DataLoader:
         gen = torch.Generator().manual_seed(self.seed)
-        return DataLoader(self.splits.train, batch_size=self.batch_size, shuffle=True, generator=gen,
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, generator=gen,
                           num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:

@@ -12,23 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.cli import instantiate_class
 
 from lit_unlearn.callbacks import KappaEarlyStopping, TrajectoryRecorder
 from lit_unlearn.data import ClassificationDataModule, MixtureForget, UnlearningDataModule
 from lit_unlearn.modules import ClassifierModule
+from lit_unlearn.specs import build
 
 __all__ = ["RunResult", "build", "train_target", "unlearning_run"]
-
-
-def build(spec: dict[str, Any], **overrides: Any) -> Any:
-    """Instantiate {class_path, init_args}; nested specs inside init_args are built too."""
-    if not isinstance(spec, dict) or "." not in str(spec.get("class_path", "")):
-        raise ValueError(f"expected a mapping with a dotted class_path (and optional init_args), got {spec!r}")
-    args = {k: build(v) if isinstance(v, dict) and "class_path" in v else v
-            for k, v in (spec.get("init_args") or {}).items()}
-    args.update(overrides)
-    return instantiate_class((), {"class_path": spec["class_path"], "init_args": args})
 
 
 def _trainer(max_steps: int, callbacks: list, root: Path, max_epochs: int = -1, **kw) -> pl.Trainer:

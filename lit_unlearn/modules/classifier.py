@@ -11,6 +11,7 @@ from torchmetrics import MeanMetric
 from lit_unlearn.algorithms.losses import mean_nll
 from lit_unlearn.batches import logits_and_labels
 from lit_unlearn.reporting import per_sample_stats
+from lit_unlearn.verification.recipe import training_recipe_of
 
 __all__ = ["ClassifierModule", "SupervisedModule"]
 
@@ -21,6 +22,7 @@ class SupervisedModule(pl.LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["network"])
         self.network = network
+        self.network_spec: dict | None = None  # class_path/init_args of `network`, when built from a config
         self.lr, self.weight_decay = lr, weight_decay
         self.val_loss, self.val_acc = MeanMetric(), MeanMetric()
 
@@ -41,6 +43,11 @@ class SupervisedModule(pl.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.network.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # What a retrained reference needs to repeat this training on the retain set alone (verification).
+        if self._trainer is not None:
+            checkpoint["training_recipe"] = training_recipe_of(self.trainer, self)
 
 
 ClassifierModule = SupervisedModule  # the name the image configs use

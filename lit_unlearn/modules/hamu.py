@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -25,11 +26,32 @@ from lit_unlearn.algorithms import (
     hamu_step,
     tensor_stats,
 )
+from lit_unlearn.algorithms.quota import QUOTA_UNITS, raw_to_clipped_quota
 from lit_unlearn.modules.unlearning import UnlearningModule
 
-__all__ = ["HAMUModule"]
+__all__ = ["HAMUModule", "QuotaRequest"]
 
 UpdateGuard = Callable[[HamuStep], bool]
+
+
+@dataclass(frozen=True)
+class QuotaRequest:
+    """What a quota policy (e.g. `lit_unlearn.callbacks.QuotaController`) sees before each step is solved."""
+
+    step: int
+    loss_forget: float
+    loss_retain: float
+    rr: Tensor  # per-block raw ‖G_r⁽ⁱ⁾‖², ‖G_f⁽ⁱ⁾‖², G_r⁽ⁱ⁾·G_f⁽ⁱ⁾
+    ff: Tensor
+    rf: Tensor
+    eta: float
+    allocation: str
+    clip_norm: float | None
+    variant: str
+
+
+# A policy returns this step's (quota Q_t in clipped units, step size η_t).
+QuotaPolicy = Callable[[QuotaRequest], tuple[float, float]]
 
 
 class HAMUModule(UnlearningModule):
@@ -44,6 +66,7 @@ class HAMUModule(UnlearningModule):
         allocation: str = "norm_product",
         clip_norm: float | None = 1.0,
         infeasible: str = "best_effort",
+        quota_units: str = "clipped",
         measure_every_n_steps: int = 0,
         freeze_batchnorm: bool = True,
         log_every_n_steps: int | None = None,
@@ -59,6 +82,9 @@ class HAMUModule(UnlearningModule):
             clip_norm: g_r and g_f are each clipped to this global norm first (None/0: no clipping).
             infeasible: blocks where Q_i > R_i‖g_f⁽ⁱ⁾‖ take the "best_effort" step R_i ĝ_f (the most forget gain
                 the ball allows) or are left untouched ("skip"). Either way they are counted and logged.
+            quota_units: "clipped" (the paper's: Q is met by the clipped gradients, so the raw forget-loss
+                increase asked per step is Q·‖G_f‖/clip_norm and grows with ‖G_f‖) or "raw" (Q is the raw
+                first-order forget-loss increase per step). A `QuotaController` callback overrides both.
             measure_every_n_steps: every n steps re-evaluate both batches after the update and log the measured
                 loss changes next to the first-order predictions (two extra forward passes; 0 = never).
         """
@@ -71,19 +97,23 @@ class HAMUModule(UnlearningModule):
             raise ValueError(f"allocation={allocation!r}: choose one of {QUOTA_ALLOCATIONS}")
         if infeasible not in INFEASIBLE_POLICIES:
             raise ValueError(f"infeasible={infeasible!r}: choose one of {INFEASIBLE_POLICIES}")
+        if quota_units not in QUOTA_UNITS:
+            raise ValueError(f"quota_units={quota_units!r}: choose one of {QUOTA_UNITS}")
         if not (eta > 0 and math.isfinite(eta)):
             raise ValueError(f"eta must be positive and finite, got {eta}")
         if not (quota >= 0 and math.isfinite(quota)):
             raise ValueError(f"quota must be ≥ 0 and finite, got {quota}")
-        if quota >= eta:
+        if quota >= eta and quota_units == "clipped":
             # With clipped gradients the largest reachable first-order gain per step is η·Σ‖g_r⁽ⁱ⁾‖‖g_f⁽ⁱ⁾‖ ≤ η.
             warnings.warn(f"quota={quota} ≥ eta={eta}: the quota can never be met after clipping (needs Q < η); "
                           "every step will be infeasible", stacklevel=2)
         self.save_hyperparameters(ignore=["network"])
         self.eta, self.quota, self.variant = eta, quota, variant
         self.grouping, self.allocation, self.clip_norm, self.infeasible = grouping, allocation, clip_norm, infeasible
+        self.quota_units = quota_units
         self.measure_every_n_steps = measure_every_n_steps
         self.update_guards: list[UpdateGuard] = []
+        self.quota_policy: QuotaPolicy | None = None  # set by a QuotaController callback
         self.last_step: HamuStep | None = None
         self._index: Tensor | None = None
         self.block_names: list[str] = []
@@ -108,7 +138,8 @@ class HAMUModule(UnlearningModule):
         # One [3, n_tensors] reduction: under ZeRO each rank holds slices, and the slices' sums are the stats.
         per_tensor = self.sum_over_shards(torch.stack(tensor_stats(grads_r, grads_f)))
         rr, ff, rf = (block_stats(s, self._index, n_blocks) for s in per_tensor)
-        step = hamu_step(rr, ff, rf, eta=self.eta, quota=self.quota, variant=self.variant,
+        quota, eta = self.step_controls(loss_r, loss_f, rr, ff, rf)
+        step = hamu_step(rr, ff, rf, eta=eta, quota=quota, variant=self.variant,
                          allocation=self.allocation, clip_norm=self.clip_norm, infeasible=self.infeasible)
         self.last_step = step
 
@@ -130,6 +161,17 @@ class HAMUModule(UnlearningModule):
         if self.should_compute_diagnostics():
             logs.update(self.diagnostics(step, loss_r, loss_f, applied=apply))
         return logs
+
+    def step_controls(self, loss_r: Tensor, loss_f: Tensor, rr: Tensor, ff: Tensor, rf: Tensor) -> tuple[float, float]:
+        """This step's (total quota in clipped units, η): the policy's, or (`quota` in its units, `eta`)."""
+        if self.quota_policy is not None:
+            quota, eta = self.quota_policy(QuotaRequest(
+                step=self.global_step, loss_forget=loss_f.item(), loss_retain=loss_r.item(), rr=rr, ff=ff, rf=rf,
+                eta=self.eta, allocation=self.allocation, clip_norm=self.clip_norm, variant=self.variant))
+            return float(quota), float(eta)
+        if self.quota_units == "raw":
+            return raw_to_clipped_quota(self.quota, ff.sum(), self.clip_norm), self.eta
+        return self.quota, self.eta
 
     @staticmethod
     def diagnostics(step: HamuStep, loss_r: Tensor, loss_f: Tensor, applied: bool = True) -> dict[str, float]:

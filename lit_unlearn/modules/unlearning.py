@@ -23,11 +23,13 @@ from lit_unlearn.algorithms.losses import IGNORE_INDEX, mean_nll
 from lit_unlearn.batches import is_token_batch, logits_and_labels
 from lit_unlearn.checkpoints import load_network_weights
 from lit_unlearn.distributed.sharded_grads import all_reduce_sum, read_local_grads, write_local_grads, zero_stage
+from lit_unlearn.console import say
 from lit_unlearn.reporting import (
     evaluate_splits,
-    format_table,
     per_sample_stats,
+    results_markdown,
     results_rows,
+    verification_rows,
     write_results,
 )
 
@@ -68,6 +70,13 @@ class UnlearningModule(pl.LightningModule):
         self._params: list[nn.Parameter] = []
         self.zero_stage = 0  # DeepSpeed ZeRO stage of the strategy, set in setup()
         self.report = True  # evaluate, print and write the before/after table when fitting ends
+        self.network_spec: dict | None = None  # class_path/init_args of `network` when built from a config
+        # Filled by callbacks before the report is written: the retrained model's column and the verification
+        # measures (ForgettingVerification), the step whose weights the run ended on (StopAtTarget).
+        self.reference_eval: dict[str, dict[str, float]] | None = None
+        self.verification: dict | None = None
+        self.ended_on_step: int | None = None
+        self.report_notes: list[str] = []
 
     # ----- hooks a subclass may override -------------------------------------------------------------------------
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float | Tensor]:
@@ -244,6 +253,29 @@ class UnlearningModule(pl.LightningModule):
         # No DDP sync needed: MeanMetric.compute() already reduces across processes.
         self.log_dict(values, on_epoch=True, add_dataloader_idx=False)
 
+    # ----- what callbacks add to the report ----------------------------------------------------------------------------
+    def report_verification(self, before: dict, after: dict, retrain: dict | None,
+                            reference_splits: dict | None = None, reference_info: dict | None = None) -> None:
+        """Called by ForgettingVerification when fitting ends: measures of the target, the unlearned model and the
+        retrained reference (None without one)."""
+        self.reference_eval = reference_splits
+        flat = {k: after.get(k) for k in after}
+        for k, v in before.items():
+            flat[f"{k}_before"] = v
+        for k, v in (retrain or {}).items():
+            flat[f"{k}_retrain"] = v
+        if retrain is not None:
+            flat["mia_efficacy_retrain"] = retrain.get("mia_efficacy")
+            flat["ua_retrain"] = retrain.get("ua")
+        self.verification = {**flat, "table": verification_rows(before, after, retrain),
+                             "reference": reference_info}
+
+    def ended_on(self, step: int, note: str | None = None) -> None:
+        """Called by StopAtTarget: the weights now in the network are those of `step` (the closest to the target)."""
+        self.ended_on_step = int(step)
+        if note:
+            self.report_notes.append(note)
+
     def on_fit_end(self) -> None:
         loaders = self._eval_loaders()
         if not self.report or not loaders or self.initial_eval is None:
@@ -251,9 +283,17 @@ class UnlearningModule(pl.LightningModule):
         self.final_eval = evaluate_splits(self.network, loaders, self.device)
         folder = self.trainer.log_dir or self.trainer.default_root_dir  # a collective under DDP: every rank asks
         if self.trainer.is_global_zero:
-            rows = results_rows(self.initial_eval, self.final_eval)
-            path = write_results(rows, folder, extra={"global_step": self.global_step, "method": type(self).__name__})
-            print(f"\n{type(self).__name__} after {self.global_step} steps\n{format_table(rows)}\n(written to {path})")
+            rows = results_rows(self.initial_eval, self.final_eval, self.reference_eval)
+            table = (self.verification or {}).get("table")
+            extra = {"global_step": self.global_step, "method": type(self).__name__,
+                     "ended_on_step": self.global_step if self.ended_on_step is None else self.ended_on_step,
+                     "notes": self.report_notes}
+            if self.verification is not None:
+                extra["verification"] = {k: v for k, v in self.verification.items() if k != "table"}
+            path = write_results(rows, folder, extra=extra, verification=table, notes=self.report_notes)
+            ended = "" if self.ended_on_step in (None, self.global_step) else f", ended on step {self.ended_on_step}"
+            say(f"\n{type(self).__name__} after {self.global_step} steps{ended}\n"
+                f"{results_markdown(rows, table, self.report_notes)}\n(written to {path})")
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["unlearning_initial_eval"] = self.initial_eval

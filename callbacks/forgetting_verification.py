@@ -1,0 +1,141 @@
+"""Judge an unlearning run against the retrained gold standard (classifiers).
+
+At setup the retrained reference is loaded, or trained once and cached (`RetrainedReference`). Before the first
+step and when fitting ends the callback measures UA, RA, TA, per-class test accuracy, MIA-efficacy, the
+forget-vs-retrain AUC and Avg. Gap, for the model and for the reference; it logs them to TensorBoard
+(`verify/*`, step 0 and the final step) and hands them to the run's results table and `results.json`
+("verification"). It is also the metric source a `StopAtTarget` callback reads during the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch.callbacks import Callback
+
+from lit_unlearn.console import say
+from lit_unlearn.errors import UserError
+from lit_unlearn.verification import CLASSIFIER_METRICS, ClassifierVerifier, Measures, RetrainedReference
+from lit_unlearn.verification.classifier import REFERENCE_METRICS
+
+__all__ = ["ForgettingVerification"]
+
+# What the results table reports side by side (before / after / retrained).
+SUMMARY = ("ua", "ra", "ta", "test_forget_class_acc", "test_other_classes_acc", "mia_efficacy", "forget_loss",
+           "forget_loss_median", "forget_vs_retrain_auc", "avg_gap")
+
+
+class ForgettingVerification(Callback):
+    kind = "classifier"
+
+    def __init__(self, reference: RetrainedReference | str | None = "auto", mia_feature: str = "confidence",
+                 batch_size: int = 512) -> None:
+        """
+        Args:
+            reference: the retrained model: "auto" (`RetrainedReference()`: trained from the target's recipe on
+                D_r and cached), a `RetrainedReference`, or None to measure absolute quantities only.
+            mia_feature: the MIA-efficacy feature (confidence, entropy, m_entropy, loss, correctness, prob).
+            batch_size: evaluation batch size.
+        """
+        super().__init__()
+        if isinstance(reference, str) and reference != "auto":
+            raise UserError(f"ForgettingVerification(reference={reference!r}): give 'auto', None or a "
+                            "RetrainedReference(ckpt=..., recipe=...)")
+        self.reference = RetrainedReference() if reference == "auto" else reference
+        self.mia_feature, self.batch_size = mia_feature, batch_size
+        self.verifier: ClassifierVerifier | None = None
+        self._reference_network = None
+        self.reference_measures: Measures | None = None
+        self.before: dict[str, float] | None = None
+        self.after: dict[str, float] | None = None
+
+    # ----- the metric-source protocol (read by StopAtTarget) ---------------------------------------------------------
+    @property
+    def has_reference(self) -> bool:
+        return self.reference is not None
+
+    def available(self, metric: str) -> bool:
+        return metric in CLASSIFIER_METRICS and (self.has_reference or metric not in REFERENCE_METRICS)
+
+    def reference_values(self) -> dict[str, float] | None:
+        return None if self.reference_measures is None else dict(self.reference_measures.scalars)
+
+    def reference_forget_loss(self) -> float | None:
+        ref = self.reference_values()
+        return None if ref is None else ref.get("forget_loss")
+
+    def evaluate(self, trainer, pl_module, names=None) -> dict[str, float]:
+        self._ensure_reference_measured(pl_module)
+        initial = (getattr(pl_module, "initial_eval", None) or {}).get("forget", {}).get("loss")
+        return self.verifier.measure(pl_module.network, pl_module.device, reference=self.reference_measures,
+                                     initial_forget_loss=initial, only=names).scalars
+
+    # ----- Lightning hooks ---------------------------------------------------------------------------------------------
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage != "fit" or self.verifier is not None:
+            return
+        dm = trainer.datamodule
+        eval_sets = getattr(dm, "eval_sets", None)
+        if not eval_sets or not hasattr(pl_module, "network"):
+            raise UserError("ForgettingVerification needs a classifier unlearning run (an UnlearningDataModule with "
+                            "forget/retain/test eval sets); for TOFU use lit_unlearn.callbacks.TofuEvaluation")
+        self.verifier = ClassifierVerifier(eval_sets, self.batch_size, self.mia_feature)
+        if self.reference is not None:
+            self._reference_network = self._load_reference(trainer, pl_module, dm)
+
+    def _load_reference(self, trainer, pl_module, dm):
+        for attr in ("dataset", "forget", "forget_indices", "retain_indices"):
+            if getattr(dm, attr, None) is None:
+                raise UserError(f"ForgettingVerification retrains on D_r, which needs the datamodule's {attr!r} "
+                                "(an UnlearningDataModule has it); or give reference.ckpt")
+        kwargs = dict(target_ckpt=getattr(pl_module, "target_ckpt", None),
+                      network_spec=getattr(pl_module, "network_spec", None), dataset=dm.dataset, forget=dm.forget,
+                      forget_indices=dm.forget_indices, n_train=len(dm.forget_indices) + len(dm.retain_indices),
+                      log=say)
+        if trainer.world_size > 1:  # one process trains (or reads) the cache, the others load it afterwards
+            network = self.reference.load(pl_module.network, **kwargs) if trainer.is_global_zero else None
+            trainer.strategy.barrier("retrained_reference")
+            return network or self.reference.load(pl_module.network, **kwargs)
+        return self.reference.load(pl_module.network, **kwargs)
+
+    def _ensure_reference_measured(self, pl_module) -> None:
+        if self._reference_network is not None and self.reference_measures is None:
+            network = self._reference_network.to(pl_module.device)
+            self.reference_measures = self.verifier.measure(network, pl_module.device)
+            self._reference_network = network.cpu()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.before is None and trainer.global_step == 0:  # the target, before any update (kept on resume)
+            self.before = self.evaluate(trainer, pl_module)
+            self._log(trainer, self.before, step=0)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if self.verifier is None or self.before is None:
+            return
+        self.after = self.evaluate(trainer, pl_module)
+        self._log(trainer, self.after, step=trainer.global_step)
+        ref = self.reference_values()
+        pl_module.report_verification(before=self.before, after=self.after, retrain=ref,
+                                      reference_splits=self._reference_splits(),
+                                      reference_info=getattr(self.reference, "info", None))
+
+    def _reference_splits(self) -> dict[str, dict[str, float]] | None:
+        if self.reference_measures is None:
+            return None
+        s = self.reference_measures.scalars
+        return {split: {"loss": s[f"{split}_loss"], "acc": s[f"{split}_acc"]}
+                for split in self.reference_measures.features if f"{split}_loss" in s}
+
+    @staticmethod
+    def _log(trainer, values: dict[str, float], step: int) -> None:
+        if not trainer.is_global_zero:
+            return
+        scalars = {f"verify/{k}": float(v) for k, v in values.items() if k in SUMMARY or k.startswith("forget_vs")}
+        for logger in trainer.loggers:
+            logger.log_metrics(scalars, step=step)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"before": self.before}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.before = state_dict.get("before")

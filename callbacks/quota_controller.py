@@ -1,0 +1,88 @@
+"""Steer HAMU from the distance to the forget target, so the forget loss approaches it without overshoot.
+
+Each step, before HAMU solves its constrained problem, the controller asks for the first-order forget gain
+p_t = (L* − L_f)/H (raw loss units; nothing once L_f passes L*) and sets the quota Q_t, and where needed the step
+size η_t ≤ η, so that HAMU's predicted gain is exactly p_t (`lit_unlearn.algorithms.quota.steer`):
+
+- while p_t needs more than retain descent alone gives, η stays and Q_t ≤ max_fraction × the feasibility limit;
+- when even Q = 0 forgets faster (κ < 0: retain descent itself raises the forget loss), Q_t = 0 and η_t shrinks.
+
+L_f is the step's forget-batch loss; L* the goal: the retrained model's mean forget loss for a retrain-relative
+target, or what an absolute target on the forget loss implies. Logged every step: `control/goal`,
+`control/distance`, `control/wanted_gain`, `control/quota_limit`, `control/eta`, and HAMU's `hamu/quota` (Q_t).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch.callbacks import Callback
+
+from lit_unlearn.algorithms.quota import steer
+from lit_unlearn.errors import UserError
+
+__all__ = ["QuotaController"]
+
+
+class QuotaController(Callback):
+    def __init__(self, horizon: float = 10.0, max_fraction: float = 0.9, goal: float | None = None) -> None:
+        """
+        Args:
+            horizon: H, the steps over which the remaining distance is spread (larger: slower, gentler approach).
+            max_fraction: never ask more than this fraction of the largest feasible quota.
+            goal: the mean forget loss to steer to; None takes it from the run's StopAtTarget (the retrained
+                model's mean forget loss, or the forget loss an absolute target implies).
+        """
+        super().__init__()
+        if not horizon > 0:
+            raise UserError(f"QuotaController: horizon must be > 0 steps, got {horizon}")
+        if not 0 < max_fraction <= 1:
+            raise UserError(f"QuotaController: max_fraction must be in (0, 1], got {max_fraction}")
+        self.horizon, self.max_fraction, self.goal = float(horizon), float(max_fraction), goal
+        self.last: dict[str, float] = {}
+        self._stopper = None
+        self._trainer = None
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage != "fit":
+            return
+        if not hasattr(pl_module, "quota_policy"):
+            raise UserError(f"QuotaController steers HAMU's quota; the module is {type(pl_module).__name__}")
+        if getattr(pl_module, "variant", "Q") != "Q":
+            raise UserError("QuotaController sets the forget quota Q: use HAMU variant 'Q'")
+        self._trainer = trainer
+        self._stopper = next((cb for cb in trainer.callbacks if hasattr(cb, "loss_goal")), None)
+        if self.goal is None and self._stopper is None:
+            raise UserError("QuotaController needs a forget-loss goal: give goal=<mean forget loss>, or add a "
+                            "StopAtTarget callback whose target implies one")
+        pl_module.quota_policy = self.quota
+
+    def resolve_goal(self, pl_module) -> float:
+        if self.goal is None:
+            goal = self._stopper.loss_goal(self._trainer, pl_module)
+            if goal is None:
+                raise UserError(f"the target {str(self._stopper.target)!r} implies no forget-loss goal for the "
+                                "QuotaController (it needs a retrained reference, or a target on delta_forget_loss "
+                                "/ forget_loss): give QuotaController(goal=...)")
+            self.goal = float(goal)
+        return self.goal
+
+    def quota(self, request) -> tuple[float, float]:
+        goal = self.resolve_goal(self._trainer.lightning_module)
+        distance = goal - request.loss_forget
+        st = steer(request.rr, request.ff, request.rf, distance=distance, horizon=self.horizon, eta=request.eta,
+                   allocation=request.allocation, clip_norm=request.clip_norm, max_fraction=self.max_fraction)
+        self.last = {"goal": goal, "distance": distance, "quota_limit": st.limit, "quota": st.quota, "eta": st.eta,
+                     "wanted_gain": st.wanted_gain, "step": request.step}
+        return st.quota, st.eta
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.last:
+            pl_module.log_dict({f"control/{k}": float(v) for k, v in self.last.items() if k != "step"},
+                               on_step=True, on_epoch=False)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"goal": self.goal, "last": self.last}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.goal, self.last = state_dict["goal"], dict(state_dict["last"])

@@ -1,0 +1,193 @@
+"""Stop unlearning at the user's forget target, and end on the weights closest to it, never on an overshoot.
+
+Every `every_n_steps` steps (and before the first) the callback evaluates the target's metric, from the metric
+source in the run: `ForgettingVerification` (classifiers, with the retrained reference), `TofuEvaluation`
+(TOFU forget quality, privleak), or, for absolute classifier targets, a plain evaluation of the eval sets. It
+keeps the evaluated weights closest to the target (see `lit_unlearn.verification.targets`); once the target is
+met it looks `patience` evaluations further for closer weights, then stops. Training ends on the closest
+weights: they are restored before the final checkpoint and the final report, whatever step the run stopped at.
+If the target is never met the run ends on the closest weights seen, and says so.
+
+State (history, the closest weights and where they came from) is saved in checkpoints: a resumed run continues
+the search exactly. The closest weights are kept in memory (trainable parameters and buffers only, so LoRA
+runs keep only the adapters).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from lit_unlearn.console import say
+from lit_unlearn.errors import UserError
+from lit_unlearn.verification.targets import ForgetTarget
+
+__all__ = ["StopAtTarget"]
+
+
+class StopAtTarget(Callback):
+    def __init__(self, target: str, every_n_steps: int = 5, patience: int = 0, min_steps: int = 0,
+                 verbose: bool = True) -> None:
+        """
+        Args:
+            target: one line, e.g. "forget_vs_retrain_auc <= 0.6", "ua within 0.05 of retrain",
+                "forget_quality >= 0.1" (see lit_unlearn.verification.targets for the grammar and metrics).
+            every_n_steps: evaluate the target every n optimizer steps (independent of data epochs).
+            patience: after the target is first met, evaluate this many more times looking for closer weights.
+            min_steps: never stop before this many steps.
+        """
+        super().__init__()
+        self.target = ForgetTarget.parse(target)
+        if every_n_steps < 1:
+            raise UserError(f"StopAtTarget: every_n_steps must be ≥ 1, got {every_n_steps}")
+        if patience < 0 or min_steps < 0:
+            raise UserError(f"StopAtTarget: patience and min_steps must be ≥ 0, got {patience}, {min_steps}")
+        self.every_n_steps, self.patience, self.min_steps, self.verbose = every_n_steps, patience, min_steps, verbose
+        self.source = None
+        self.history: list[dict[str, float]] = []  # {step, value, distance, met}
+        self.best: dict[str, float] | None = None
+        self.best_weights: dict[str, torch.Tensor] | None = None
+        self.first_met_step: int | None = None
+        self.stopped_step: int | None = None
+        self.ended_on_step: int | None = None
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(target=str(self.target))
+
+    # ----- finding the metric ------------------------------------------------------------------------------------------
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage != "fit" or self.source is not None:
+            return
+        metric = self.target.metric
+        sources = [cb for cb in trainer.callbacks if cb is not self and hasattr(cb, "available")
+                   and hasattr(cb, "evaluate") and getattr(cb, "kind", None) == self.target.info.kind]
+        usable = [cb for cb in sources if cb.available(metric)]
+        if usable:
+            self.source = usable[0]
+        elif self.target.needs_reference:
+            what = "lit_unlearn.callbacks.ForgettingVerification (a retrained reference)" \
+                if self.target.info.kind == "classifier" else \
+                "lit_unlearn.callbacks.TofuEvaluation with reference=<the retain-only model's report>"
+            raise UserError(f"target {str(self.target)!r} is relative to the retrained model, but the run has no "
+                            f"retrained reference: add {what} to trainer.callbacks")
+        elif self.target.info.kind == "classifier":
+            from lit_unlearn.callbacks.forgetting_verification import ForgettingVerification
+
+            self.source = ForgettingVerification(reference=None)  # absolute measures of the eval sets
+            self.source.setup(trainer, pl_module, stage)
+        else:
+            raise UserError(f"target {str(self.target)!r} is a TOFU metric: add lit_unlearn.callbacks.TofuEvaluation "
+                            "to trainer.callbacks")
+
+    # ----- evaluation --------------------------------------------------------------------------------------------------
+    def evaluate(self, trainer, pl_module) -> dict[str, float]:
+        value = self.source.evaluate(trainer, pl_module, [self.target.metric]).get(self.target.metric)
+        if value is None:
+            raise UserError(f"target metric {self.target.metric!r} could not be computed in this run")
+        reference = self.source.reference_values()
+        met = self.target.met(value, reference)
+        row = {"step": float(trainer.global_step), "value": float(value),
+               "distance": self.target.distance(value, reference), "met": float(met)}
+        self.history.append(row)
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.log_metrics({"target/value": row["value"], "target/distance": row["distance"],
+                                    "target/met": row["met"]}, step=trainer.global_step)
+        return row
+
+    def loss_goal(self, trainer, pl_module) -> float | None:
+        """The mean forget loss this target points to (for HAMU's quota controller), or None if it has none."""
+        t = self.target
+        if t.metric == "delta_forget_loss" and not t.is_band:
+            initial = (getattr(pl_module, "initial_eval", None) or {}).get("forget", {}).get("loss")
+            return None if initial is None else initial + float(t.value)
+        if t.metric == "forget_loss" and not t.is_band:
+            return float(t.value)
+        return self.source.reference_forget_loss() if self.source is not None else None
+
+    @staticmethod
+    def _better(row: dict[str, float], best: dict[str, float] | None) -> bool:
+        # Any met evaluation beats any unmet one; then the smaller distance; ties keep the earlier weights.
+        return best is None or (row["met"], -row["distance"]) > (best["met"], -best["distance"])
+
+    def _consider(self, row: dict[str, float], pl_module) -> None:
+        if self._better(row, self.best):
+            self.best = dict(row)
+            self.best_weights = _snapshot(pl_module.network)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.history or trainer.global_step != 0:
+            return
+        row = self.evaluate(trainer, pl_module)
+        if row["met"]:
+            raise UserError(f"the target {str(self.target)!r} is already met before unlearning "
+                            f"({self.target.metric} = {row['value']:.4g}): nothing to unlearn; set a stricter target")
+        self._consider(row, pl_module)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step % self.every_n_steps or (self.history and self.history[-1]["step"] == step):
+            return
+        row = self.evaluate(trainer, pl_module)
+        self._consider(row, pl_module)
+        if row["met"] and self.first_met_step is None:
+            self.first_met_step = step
+            if self.verbose:
+                say(f"StopAtTarget: {str(self.target)!r} met at step {step} ({self.target.metric} = {row['value']:.4g})")
+        if self.first_met_step is not None and step >= self.min_steps:
+            looked = sum(1 for r in self.history if r["step"] > self.first_met_step)
+            if looked >= self.patience:
+                self.stopped_step = step
+                trainer.should_stop = True
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if not self.history:
+            return
+        if self.history[-1]["step"] != trainer.global_step:  # the final weights are a candidate too
+            self._consider(self.evaluate(trainer, pl_module), pl_module)
+        best = self.best
+        self.ended_on_step = int(best["step"])
+        if self.ended_on_step != trainer.global_step:
+            _restore(pl_module.network, self.best_weights)
+        if hasattr(pl_module, "ended_on"):  # the run's report carries the summary
+            pl_module.ended_on(self.ended_on_step, note=self.summary())
+        elif self.verbose:
+            say(self.summary())
+
+    def summary(self) -> str:
+        best = self.best
+        name = self.target.metric
+        head = f"StopAtTarget {str(self.target)!r}: "
+        if self.first_met_step is None:
+            return (head + f"not met in {len(self.history)} evaluations; ended on the closest weights, step "
+                    f"{int(best['step'])} ({name} = {best['value']:.4g})")
+        return (head + f"met at step {self.first_met_step}; ended on step {int(best['step'])} ({name} = "
+                f"{best['value']:.4g}), the closest of {len(self.history)} evaluations")
+
+    # ----- checkpointing -----------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": self.history, "best": self.best, "best_weights": self.best_weights,
+                "first_met_step": self.first_met_step, "stopped_step": self.stopped_step,
+                "ended_on_step": self.ended_on_step}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = list(state_dict["history"])
+        self.best, self.best_weights = state_dict["best"], state_dict["best_weights"]
+        self.first_met_step, self.stopped_step = state_dict["first_met_step"], state_dict["stopped_step"]
+        self.ended_on_step = state_dict.get("ended_on_step")
+
+
+def _snapshot(network: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A CPU copy of what unlearning changes: trainable parameters and buffers (BatchNorm statistics)."""
+    keep = {n for n, p in network.named_parameters() if p.requires_grad} | {n for n, _ in network.named_buffers()}
+    return {k: v.detach().to("cpu", copy=True) for k, v in network.state_dict().items() if k in keep}
+
+
+@torch.no_grad()
+def _restore(network: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    state = network.state_dict()
+    for k, v in weights.items():
+        state[k].copy_(v.to(state[k].device))

@@ -1,0 +1,42 @@
+"""Known-harmless library noise, silenced where it is made (the command line's default; `--verbose` skips this).
+
+Each entry below was seen on a plain `lit-unlearn demo` or `tofu-demo` run and says nothing the user can act
+on. Lightning's info lines (accelerator, litlogger tip, "fit stopped") are turned off by raising its loggers'
+level to warnings: real warnings still come through. The tool's own lines are printed by
+`lit_unlearn.console.say` and are not affected.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+__all__ = ["silence_library_noise", "NOISE"]
+
+NOISE = (
+    r".*LightningCLI's args parameter is intended to run from within Python.*",
+    r".*isinstance\(treespec, LeafSpec\)` is deprecated.*",
+    r".*`IterableDataset` has `__len__` defined.*",
+    r".*Using ModelCheckpoint with manual optimization.*",
+    r".*Found \d+ module\(s\) in eval mode.*",
+    r".*Total length of `\w+` across ranks is zero.*",
+    r".*compute.* method of metric .* was called before the .*update.* method.*",
+    r".*does not have many workers which may be a bottleneck.*",
+    r".*Checkpoint directory .* exists and is not empty.*",
+    r".*`weights_only` was not set.*",
+    r".*The number of training batches \(\d+\) is smaller than the logging interval.*",
+    r".*is deprecated and will be removed.*torch.distributed.*",
+    r".*You are using a CUDA device.*",
+    r".*TensorBoard support.*",
+)
+
+
+def silence_library_noise() -> None:
+    for pattern in NOISE:
+        warnings.filterwarnings("ignore", message=pattern)
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning", "pytorch_lightning", "DeepSpeed", "deepspeed"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # Read when transformers / huggingface_hub are imported: weight-shard loading bars, generation-flag notes.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -1,0 +1,10 @@
+"""Did the model forget enough? The retrained gold standard, the measures against it, and forget targets."""
+
+from lit_unlearn.eval_mode import eval_mode
+from lit_unlearn.verification.classifier import CLASSIFIER_METRICS, ClassifierVerifier, Measures
+from lit_unlearn.verification.recipe import TrainingRecipe
+from lit_unlearn.verification.retrain import RetrainedReference, train_classifier
+from lit_unlearn.verification.targets import METRICS, ForgetTarget
+
+__all__ = ["CLASSIFIER_METRICS", "METRICS", "ClassifierVerifier", "ForgetTarget", "Measures", "RetrainedReference",
+           "TrainingRecipe", "eval_mode", "train_classifier"]
