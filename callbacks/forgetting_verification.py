@@ -64,7 +64,7 @@ class ForgettingVerification(Callback):
         ref = self.reference_values()
         return None if ref is None else ref.get("forget_loss")
 
-    def evaluate(self, trainer, pl_module, names=None) -> dict[str, float]:
+    def target_values(self, trainer, pl_module, names=None) -> dict[str, float]:
         self._ensure_reference_measured(pl_module)
         initial = (getattr(pl_module, "initial_eval", None) or {}).get("forget", {}).get("loss")
         return self.verifier.measure(pl_module.network, pl_module.device, reference=self.reference_measures,
@@ -91,7 +91,7 @@ class ForgettingVerification(Callback):
         kwargs = dict(target_ckpt=getattr(pl_module, "target_ckpt", None),
                       network_spec=getattr(pl_module, "network_spec", None), dataset=dm.dataset, forget=dm.forget,
                       forget_indices=dm.forget_indices, n_train=len(dm.forget_indices) + len(dm.retain_indices),
-                      log=say)
+                      log=say, device=trainer.strategy.root_device)
         if trainer.world_size > 1:  # one process trains (or reads) the cache, the others load it afterwards
             network = self.reference.load(pl_module.network, **kwargs) if trainer.is_global_zero else None
             trainer.strategy.barrier("retrained_reference")
@@ -106,13 +106,13 @@ class ForgettingVerification(Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.before is None and trainer.global_step == 0:  # the target, before any update (kept on resume)
-            self.before = self.evaluate(trainer, pl_module)
+            self.before = self.target_values(trainer, pl_module)
             self._log(trainer, self.before, step=0)
 
     def on_fit_end(self, trainer, pl_module) -> None:
         if self.verifier is None or self.before is None:
             return
-        self.after = self.evaluate(trainer, pl_module)
+        self.after = self.target_values(trainer, pl_module)
         self._log(trainer, self.after, step=trainer.global_step)
         ref = self.reference_values()
         pl_module.report_verification(before=self.before, after=self.after, retrain=ref,

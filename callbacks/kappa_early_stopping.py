@@ -15,6 +15,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
+from lit_unlearn.errors import UserError
+
 __all__ = ["KappaEarlyStopping"]
 
 
@@ -33,13 +35,13 @@ class KappaEarlyStopping(Callback):
         """
         super().__init__()
         if mode not in ("hard", "soft"):
-            raise ValueError(f"mode={mode!r}: choose 'hard' or 'soft'")
+            raise UserError(f"mode={mode!r}: choose 'hard' or 'soft'")
         if criterion not in ("aggregate", "global"):
-            raise ValueError(f"criterion={criterion!r}: choose 'aggregate' or 'global'")
+            raise UserError(f"criterion={criterion!r}: choose 'aggregate' or 'global'")
         if patience < 1:
-            raise ValueError(f"patience must be ≥ 1, got {patience}")
+            raise UserError(f"patience must be ≥ 1, got {patience}")
         if mode == "soft" and epsilon < 0:
-            raise ValueError(f"a soft stop needs epsilon ≥ 0, got {epsilon}")
+            raise UserError(f"a soft stop needs epsilon ≥ 0, got {epsilon}")
         self.mode, self.epsilon, self.criterion = mode, epsilon, criterion
         self.patience, self.min_steps, self.monitor_only, self.verbose = patience, min_steps, monitor_only, verbose
         self.wait = 0
@@ -53,7 +55,7 @@ class KappaEarlyStopping(Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if not hasattr(pl_module, "register_update_guard"):
-            raise TypeError(f"KappaEarlyStopping needs a HAMU trainer (with register_update_guard), got "
+            raise UserError(f"KappaEarlyStopping needs a HAMU trainer (with register_update_guard), got "
                             f"{type(pl_module).__name__}")
         self._trainer = trainer
         pl_module.register_update_guard(self.allows_update)

@@ -61,7 +61,7 @@ class QuotaController(Callback):
         if self.goal is None:
             goal = self._stopper.loss_goal(self._trainer, pl_module)
             if goal is None:
-                raise UserError(f"the target {str(self._stopper.target)!r} implies no forget-loss goal for the "
+                raise UserError(f"the target {self._stopper.text!r} implies no forget-loss goal for the "
                                 "QuotaController (it needs a retrained reference, or a target on delta_forget_loss "
                                 "/ forget_loss): give QuotaController(goal=...)")
             self.goal = float(goal)

@@ -11,6 +11,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
+from lit_unlearn.errors import UserError
 from lit_unlearn.algorithms.ofmu import rho_at
 
 __all__ = ["RhoScheduler"]
@@ -30,7 +31,7 @@ class RhoScheduler(Callback):
         super().__init__()
         rho_at(0, schedule, rho0, rate, cap)  # validates the arguments now, not at the first step
         if every_n_steps < 1:
-            raise ValueError(f"every_n_steps must be ≥ 1, got {every_n_steps}")
+            raise UserError(f"every_n_steps must be ≥ 1, got {every_n_steps}")
         self.schedule, self.rho0, self.rate, self.cap, self.every_n_steps = schedule, rho0, rate, cap, every_n_steps
         self.current: float | None = None
 
@@ -39,7 +40,7 @@ class RhoScheduler(Callback):
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if not hasattr(pl_module, "rho"):
-            raise TypeError(f"RhoScheduler needs a module with a `rho` attribute (OFMU), got {type(pl_module).__name__}")
+            raise UserError(f"RhoScheduler needs a module with a `rho` attribute (OFMU), got {type(pl_module).__name__}")
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.current = self.value(trainer.global_step)

@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lit_unlearn.console import say
 from lit_unlearn.errors import UserError
-from lit_unlearn.verification.targets import ForgetTarget
+from lit_unlearn.verification.targets import ForgetTarget, parse_targets
 
 __all__ = ["StopAtTarget"]
 
@@ -33,13 +33,15 @@ class StopAtTarget(Callback):
         """
         Args:
             target: one line, e.g. "forget_vs_retrain_auc <= 0.6", "ua within 0.05 of retrain",
-                "forget_quality >= 0.1" (see lit_unlearn.verification.targets for the grammar and metrics).
+                "forget_quality >= 0.1", or several joined by " and " (see lit_unlearn.verification.targets
+                for the grammar and the metrics).
             every_n_steps: evaluate the target every n optimizer steps (independent of data epochs).
             patience: after the target is first met, evaluate this many more times looking for closer weights.
             min_steps: never stop before this many steps.
         """
         super().__init__()
-        self.target = ForgetTarget.parse(target)
+        self.targets = parse_targets(target)
+        self.text = target if isinstance(target, str) else " and ".join(map(str, self.targets))
         if every_n_steps < 1:
             raise UserError(f"StopAtTarget: every_n_steps must be ≥ 1, got {every_n_steps}")
         if patience < 0 or min_steps < 0:
@@ -54,43 +56,65 @@ class StopAtTarget(Callback):
         self.ended_on_step: int | None = None
 
     @property
+    def target(self) -> ForgetTarget:
+        """The first (primary) part of the target."""
+        return self.targets[0]
+
+    @target.setter
+    def target(self, value) -> None:
+        self.targets = parse_targets(value)
+        self.text = " and ".join(map(str, self.targets))
+
+    @property
     def state_key(self) -> str:
-        return self._generate_state_key(target=str(self.target))
+        return self._generate_state_key(target=self.text)
 
     # ----- finding the metric ------------------------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
         if stage != "fit" or self.source is not None:
             return
-        metric = self.target.metric
+        from lit_unlearn.distributed.sharded_grads import zero_stage
+
+        if zero_stage(trainer.strategy):
+            raise UserError("StopAtTarget keeps the closest weights as a copy of the module's parameters, which "
+                            "DeepSpeed ZeRO partitions (and keeps a separate fp32 master copy of): not supported yet. "
+                            "Run the target stop with one process, DDP or LoRA + DDP")
+        kind = self.target.info.kind
+        metrics = [t.metric for t in self.targets]
         sources = [cb for cb in trainer.callbacks if cb is not self and hasattr(cb, "available")
-                   and hasattr(cb, "evaluate") and getattr(cb, "kind", None) == self.target.info.kind]
-        usable = [cb for cb in sources if cb.available(metric)]
+                   and hasattr(cb, "target_values") and getattr(cb, "kind", None) == kind]
+        usable = [cb for cb in sources if all(cb.available(m) for m in metrics)]
+        needs_reference = any(t.needs_reference for t in self.targets)
         if usable:
             self.source = usable[0]
-        elif self.target.needs_reference:
-            what = "lit_unlearn.callbacks.ForgettingVerification (a retrained reference)" \
-                if self.target.info.kind == "classifier" else \
-                "lit_unlearn.callbacks.TofuEvaluation with reference=<the retain-only model's report>"
-            raise UserError(f"target {str(self.target)!r} is relative to the retrained model, but the run has no "
+        elif needs_reference:
+            what = "lit_unlearn.callbacks.ForgettingVerification (a retrained reference)" if kind == "classifier" \
+                else "lit_unlearn.callbacks.TofuEvaluation with reference=<the retain-only model's report>"
+            raise UserError(f"target {self.text!r} is relative to the retrained model, but the run has no "
                             f"retrained reference: add {what} to trainer.callbacks")
-        elif self.target.info.kind == "classifier":
+        elif kind == "classifier":
             from lit_unlearn.callbacks.forgetting_verification import ForgettingVerification
 
             self.source = ForgettingVerification(reference=None)  # absolute measures of the eval sets
             self.source.setup(trainer, pl_module, stage)
         else:
-            raise UserError(f"target {str(self.target)!r} is a TOFU metric: add lit_unlearn.callbacks.TofuEvaluation "
+            raise UserError(f"target {self.text!r} is a TOFU metric: add lit_unlearn.callbacks.TofuEvaluation "
                             "to trainer.callbacks")
 
     # ----- evaluation --------------------------------------------------------------------------------------------------
     def evaluate(self, trainer, pl_module) -> dict[str, float]:
-        value = self.source.evaluate(trainer, pl_module, [self.target.metric]).get(self.target.metric)
-        if value is None:
-            raise UserError(f"target metric {self.target.metric!r} could not be computed in this run")
+        values = self.source.target_values(trainer, pl_module, list(dict.fromkeys(t.metric for t in self.targets)))
+        missing = [t.metric for t in self.targets if values.get(t.metric) is None]
+        if missing:
+            raise UserError(f"target metric(s) {missing} could not be computed in this run")
         reference = self.source.reference_values()
-        met = self.target.met(value, reference)
-        row = {"step": float(trainer.global_step), "value": float(value),
-               "distance": self.target.distance(value, reference), "met": float(met)}
+        met = [t.met(values[t.metric], reference) for t in self.targets]
+        dist = [t.distance(values[t.metric], reference) for t in self.targets]
+        row = {"step": float(trainer.global_step), "value": float(values[self.target.metric]),
+               "met": float(all(met)), "n_met": float(sum(met)),
+               "distance": dist[0] if all(met) else float(sum(d for d, m in zip(dist, met) if not m))}
+        if len(self.targets) > 1:
+            row.update({f"value/{t.metric}": float(values[t.metric]) for t in self.targets})
         self.history.append(row)
         if trainer.is_global_zero:
             for logger in trainer.loggers:
@@ -100,18 +124,25 @@ class StopAtTarget(Callback):
 
     def loss_goal(self, trainer, pl_module) -> float | None:
         """The mean forget loss this target points to (for HAMU's quota controller), or None if it has none."""
-        t = self.target
-        if t.metric == "delta_forget_loss" and not t.is_band:
-            initial = (getattr(pl_module, "initial_eval", None) or {}).get("forget", {}).get("loss")
-            return None if initial is None else initial + float(t.value)
-        if t.metric == "forget_loss" and not t.is_band:
-            return float(t.value)
+        for t in self.targets:
+            if t.metric == "delta_forget_loss" and not t.is_band:
+                initial = (getattr(pl_module, "initial_eval", None) or {}).get("forget", {}).get("loss")
+                return None if initial is None else initial + float(t.value)
+            if t.metric == "forget_loss" and not t.is_band:
+                return float(t.value)
         return self.source.reference_forget_loss() if self.source is not None else None
 
     @staticmethod
     def _better(row: dict[str, float], best: dict[str, float] | None) -> bool:
-        # Any met evaluation beats any unmet one; then the smaller distance; ties keep the earlier weights.
-        return best is None or (row["met"], -row["distance"]) > (best["met"], -best["distance"])
+        # Any met evaluation beats any unmet one; then the smaller distance. Ties: among met weights keep the
+        # earlier (less overshoot); among unmet ones take the later (more progress towards the target).
+        if best is None or row["met"] != best["met"]:
+            return best is None or row["met"] > best["met"]
+        if row.get("n_met", 0) != best.get("n_met", 0):
+            return row.get("n_met", 0) > best.get("n_met", 0)
+        if row["distance"] != best["distance"]:
+            return row["distance"] < best["distance"]
+        return not row["met"]
 
     def _consider(self, row: dict[str, float], pl_module) -> None:
         if self._better(row, self.best):
@@ -123,7 +154,7 @@ class StopAtTarget(Callback):
             return
         row = self.evaluate(trainer, pl_module)
         if row["met"]:
-            raise UserError(f"the target {str(self.target)!r} is already met before unlearning "
+            raise UserError(f"the target {self.text!r} is already met before unlearning "
                             f"({self.target.metric} = {row['value']:.4g}): nothing to unlearn; set a stricter target")
         self._consider(row, pl_module)
 
@@ -136,7 +167,7 @@ class StopAtTarget(Callback):
         if row["met"] and self.first_met_step is None:
             self.first_met_step = step
             if self.verbose:
-                say(f"StopAtTarget: {str(self.target)!r} met at step {step} ({self.target.metric} = {row['value']:.4g})")
+                say(f"StopAtTarget: {self.text!r} met at step {step} ({self.target.metric} = {row['value']:.4g})")
         if self.first_met_step is not None and step >= self.min_steps:
             looked = sum(1 for r in self.history if r["step"] > self.first_met_step)
             if looked >= self.patience:
@@ -160,7 +191,7 @@ class StopAtTarget(Callback):
     def summary(self) -> str:
         best = self.best
         name = self.target.metric
-        head = f"StopAtTarget {str(self.target)!r}: "
+        head = f"StopAtTarget {self.text!r}: "
         if self.first_met_step is None:
             return (head + f"not met in {len(self.history)} evaluations; ended on the closest weights, step "
                     f"{int(best['step'])} ({name} = {best['value']:.4g})")

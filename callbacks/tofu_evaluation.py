@@ -1,6 +1,10 @@
 """Run the TOFU evaluation from inside training: at the end of fitting (and every n epochs if asked), log the
 metrics to the trainer's logger (TensorBoard: `tofu/...`) and write `tofu_results.{md,json}` to its folder.
 
+It is also the metric source of a `StopAtTarget` on TOFU metrics (forget quality and privleak against the
+retain-only model's report, forget truth ratio, model utility): those are evaluated with scoring passes only
+(no generation) except model utility.
+
 Every process takes part (items are split rank::world and the metric states gathered), so it also works
 under data parallelism.
 """
@@ -9,13 +13,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import math
+
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_info
+
+from lit_unlearn.errors import UserError
+from lit_unlearn.console import say
 
 __all__ = ["TofuEvaluation"]
 
 
 class TofuEvaluation(Callback):
+    kind = "tofu"
     def __init__(self, source=None, reference: str | None = None, template: str | None = None,
                  max_new_tokens: int = 200, batch_size: int = 32, every_n_epochs: int = 0,
                  evaluate_at_start: bool = False, require_reference: bool = False) -> None:
@@ -41,7 +50,7 @@ class TofuEvaluation(Callback):
             dm = trainer.datamodule
             source = self.source or getattr(dm, "source", None)
             if source is None or not hasattr(source, "eval_splits"):
-                raise ValueError("TofuEvaluation needs a TofuSource (give `source=` or use a TofuDataModule)")
+                raise UserError("TofuEvaluation needs a TofuSource (give `source=` or use a TofuDataModule)")
             template = self.template or getattr(getattr(dm, "formatter", None), "template", "plain")
             self._evaluator = TofuEvaluator(dm.tokenizer, source.eval_splits(), template=template,
                                             max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,
@@ -60,8 +69,54 @@ class TofuEvaluation(Callback):
             report.save(Path(folder) / f"tofu_{tag}.json")
             (Path(folder) / f"tofu_{tag}.md").write_text(f"# TOFU ({tag}, step {trainer.global_step})\n\n"
                                                           + report.table() + "\n")
-            rank_zero_info(f"\nTOFU evaluation ({tag}, step {trainer.global_step})\n{report.table()}")
+            say(f"\nTOFU evaluation ({tag}, step {trainer.global_step})\n{report.table()}")
         return report
+
+    # ----- the metric-source protocol (read by StopAtTarget) ---------------------------------------------------------
+    @property
+    def has_reference(self) -> bool:
+        return self.reference is not None
+
+    def available(self, metric: str) -> bool:
+        from lit_unlearn.metrics.tofu_eval import TARGET_METRICS
+
+        return metric in TARGET_METRICS and (self.has_reference or metric not in ("forget_quality", "privleak"))
+
+    def _reference_report(self) -> dict | None:
+        if self.reference is None:
+            return None
+        from lit_unlearn.metrics.tofu_eval import _load_reference
+
+        return _load_reference(self.reference)
+
+    def reference_values(self) -> dict[str, float] | None:
+        ref = self._reference_report()
+        if ref is None:
+            return None
+        summary = ref.get("summary", {})
+        values = {"forget_quality": 1.0, "privleak": 0.0}  # the retain-only model against itself
+        for name, key in (("forget_truth_ratio", "forget_truth_ratio"), ("model_utility", "model_utility"),
+                          ("forget_prob", "forget/prob"), ("forget_loss_tofu", "forget/nll")):
+            if summary.get(key) is not None:
+                values[name] = summary[key]
+        if "forget_loss_tofu" not in values:
+            values["forget_loss_tofu"] = self.reference_forget_loss()
+        return values
+
+    def reference_forget_loss(self) -> float | None:
+        """The retain-only model's mean answer NLL on the forget split (HAMU's quota-controller goal)."""
+        ref = self._reference_report()
+        probs = ((ref or {}).get("per_item", {}).get("forget", {}) or {}).get("prob")
+        if not probs:
+            return None
+        return float(sum(-math.log(max(p, 1e-300)) for p in probs) / len(probs))
+
+    def target_values(self, trainer, pl_module, names=None) -> dict[str, float]:
+        from lit_unlearn.metrics.tofu_eval import TARGET_METRICS
+
+        names = list(names or TARGET_METRICS)
+        report = self._get_evaluator(trainer).run(pl_module.network, pl_module.device, only=names)
+        return {n: report.summary.get(TARGET_METRICS[n][0]) for n in names}
 
     def on_train_start(self, trainer, pl_module) -> None:
         if self.evaluate_at_start and trainer.global_step == 0:

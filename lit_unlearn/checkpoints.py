@@ -7,6 +7,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from lit_unlearn.errors import MissingFileError, UserError
+
 __all__ = ["load_network_weights"]
 
 
@@ -15,19 +17,19 @@ def load_network_weights(network: nn.Module, path: str, prefix: str = "network."
     plain `torch.save(model.state_dict())` file into `network`, strictly."""
     file = Path(path).expanduser()
     if not file.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"target checkpoint {file} not found. Train the target first (`lit-unlearn pretrain ...`) "
             "or point model.init_args.target_ckpt at an existing .ckpt / state-dict file."
         )
     blob = torch.load(file, map_location="cpu", weights_only=True)
     state = blob.get("state_dict", blob) if isinstance(blob, dict) else None
     if not isinstance(state, dict):
-        raise ValueError(f"{file} holds neither a Lightning checkpoint nor a state dict")
+        raise UserError(f"{file} holds neither a Lightning checkpoint nor a state dict")
     if any(k.startswith(prefix) for k in state):
         state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     result = network.load_state_dict(state, strict=False)
     if result.missing_keys or result.unexpected_keys:
-        raise RuntimeError(
+        raise UserError(
             f"{file} does not match the configured network: missing {result.missing_keys[:5]}, unexpected "
             f"{result.unexpected_keys[:5]}. Configure the same architecture (depth, width, num_classes, "
             "in_channels) that the target was trained with."

@@ -32,8 +32,6 @@ class UnlearnCLI(LightningCLI):
     `--ckpt_path`, so a command can adjust the objects before it fits them."""
 
     def __init__(self, args=None, run: bool = True) -> None:
-        from lit_unlearn.callbacks.step_progress import StepProgressBar
-
         self._standalone = not run
         warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
         # Our checkpoints hold the state after each update on purpose (resume is exact from there).
@@ -47,11 +45,21 @@ class UnlearnCLI(LightningCLI):
             # Resuming into an existing log folder must not abort on its saved config.yaml.
             save_config_kwargs={"overwrite": True},
             seed_everything_default=0,
-            trainer_defaults={"enable_model_summary": False, "callbacks": [StepProgressBar()]},
+            trainer_defaults={"enable_model_summary": False},
             parser_kwargs={"exit_on_error": False},
             args=args,
             run=run,
         )
+
+    def _instantiate_trainer(self, config, callbacks):
+        from lightning.pytorch.callbacks import ProgressBar
+
+        from lit_unlearn.callbacks.step_progress import StepProgressBar
+
+        listed = [*(config.get("callbacks") or []), *callbacks]
+        if config.get("enable_progress_bar", True) is not False and not any(isinstance(c, ProgressBar) for c in listed):
+            callbacks = [*callbacks, StepProgressBar()]  # steps, not "Epoch 19/-2", for step-bounded runs
+        return super()._instantiate_trainer(config, callbacks)
 
     def add_arguments_to_parser(self, parser) -> None:
         if self._standalone:

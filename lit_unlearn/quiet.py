@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 
 __all__ = ["silence_library_noise", "NOISE"]
@@ -37,6 +38,21 @@ def silence_library_noise() -> None:
         warnings.filterwarnings("ignore", message=pattern)
     for name in ("lightning.pytorch", "lightning.fabric", "lightning", "pytorch_lightning", "DeepSpeed", "deepspeed"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    # Read when transformers / huggingface_hub are imported: weight-shard loading bars, generation-flag notes.
+    # Weight-shard loading/writing bars and generation-flag notes. Importing Lightning already imports
+    # transformers where it is installed, so the environment variables alone come too late: switch them off too.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    # DeepSpeed warns at import that it fell back to the CPU when it finds no GPU: say it explicitly instead.
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lit_unlearn.errors import UserError
+
 __all__ = ["build", "describe", "fingerprint", "namespace_to_dict"]
 
 
@@ -19,7 +21,7 @@ def build(spec: dict[str, Any], **overrides: Any) -> Any:
     from lightning.pytorch.cli import instantiate_class
 
     if not isinstance(spec, dict) or "." not in str(spec.get("class_path", "")):
-        raise ValueError(f"expected a mapping with a dotted class_path (and optional init_args), got {spec!r}")
+        raise UserError(f"expected a mapping with a dotted class_path (and optional init_args), got {spec!r}")
     args = {k: build(v) if isinstance(v, dict) and "class_path" in v else v
             for k, v in (spec.get("init_args") or {}).items()}
     args.update(overrides)

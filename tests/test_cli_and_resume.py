@@ -51,16 +51,31 @@ def test_pretrain_then_unlearn_writes_table_and_tensorboard(target, tmp_path, su
     assert "digits_hamu.yaml" in listed and "cifar10_hamu.yaml" in listed
 
 
+def test_the_recipe_a_target_records_retrains_it_bit_for_bit(target):
+    """The retrained reference repeats the target's training with its recorded recipe; on the full training set
+    (no forget set) that must give the target itself, bit for bit, or the reference is not the target's recipe."""
+    from lit_unlearn.data import DigitsSource
+    from lit_unlearn.verification import TrainingRecipe, train_classifier
+
+    recipe = TrainingRecipe.from_checkpoint(target)
+    assert recipe.epochs == 2 and recipe.network["init_args"]["depth"] == 8
+    again = train_classifier(recipe, DigitsSource(test_fraction=0.2, seed=0)).state_dict()
+    original = torch.load(target, map_location="cpu", weights_only=True)["state_dict"]
+    assert again.keys() == original.keys()
+    for k in original:
+        assert torch.equal(again[k], original[k]), k
+
+
 def test_unlearn_without_target_says_how_to_make_one(tmp_path, subprocess_env):
     out = cli(["unlearn", "--model.init_args.target_ckpt=missing/last.ckpt", *TINY_NET], tmp_path, subprocess_env,
               check=False)
     assert out.returncode != 0 and "lit-unlearn pretrain" in out.stderr
 
 
-def _final_state(folder):
+def _final_state(folder, kappa=True):
     ckpt = torch.load(folder / "runs/digits/hamu/checkpoints/last.ckpt", map_location="cpu", weights_only=True)
-    kappa = next(v for k, v in ckpt["callbacks"].items() if k.startswith("KappaEarlyStopping"))
-    return ckpt["state_dict"], ckpt["global_step"], kappa
+    state = next(v for k, v in ckpt["callbacks"].items() if k.startswith("KappaEarlyStopping")) if kappa else None
+    return ckpt["state_dict"], ckpt["global_step"], state
 
 
 RESUME_CONFIG = """
@@ -96,7 +111,7 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(target, tmp_
     ckpt = torch.load(crashed / "runs/digits/hamu/checkpoints/last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == 24
     resumed = cli(["unlearn", *common, "--ckpt_path=last"], crashed, subprocess_env)
-    assert "Restoring states from the checkpoint" in resumed.stderr + resumed.stdout
+    assert "resuming from" in resumed.stdout and "runs/digits/hamu/checkpoints/last.ckpt" in resumed.stdout
     a_state, a_step, a_kappa = _final_state(straight)
     b_state, b_step, b_kappa = _final_state(crashed)
     assert a_step == b_step == 30
@@ -104,6 +119,55 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(target, tmp_
     for k in a_state:
         assert torch.equal(a_state[k], b_state[k]), k  # bit for bit
     assert a_kappa == b_kappa and a_kappa["would_stop_step"] == 0
+
+
+TARGET_CONFIG = """
+trainer:
+  max_steps: 60
+  enable_progress_bar: false
+  callbacks:
+    - class_path: lit_unlearn.callbacks.ForgettingVerification
+    - class_path: lit_unlearn.callbacks.StopAtTarget
+      init_args: {target: "forget_vs_retrain_auc <= 0.6", every_n_steps: 3, patience: 3}
+    - class_path: lit_unlearn.callbacks.QuotaController
+      init_args: {horizon: 10}
+    - class_path: lit_unlearn.callbacks.FinalCheckpoint
+      init_args: {dirpath: runs/digits/hamu/checkpoints, filename: "hamu-{step}", every_n_train_steps: 4,
+                  save_top_k: -1, save_last: true}
+data:
+  init_args: {retain_batch_size: 64, forget_batch_size: 32}
+"""
+
+
+def _callback_state(folder, prefix):
+    ckpt = torch.load(folder / "runs/digits/hamu/checkpoints/last.ckpt", map_location="cpu", weights_only=True)
+    return next(v for k, v in ckpt["callbacks"].items() if k.startswith(prefix))
+
+
+def test_killed_and_resumed_target_run_keeps_the_stop_and_controller_state(target, tmp_path, subprocess_env):
+    """SIGKILL in the middle of a run that stops at a target with the quota controller; the resumed run ends on
+    the same step, with the same evaluation history and closest weights, bit-equal to an uninterrupted run."""
+    config = tmp_path / "target.yaml"
+    config.write_text(TARGET_CONFIG)
+    common = ["--config", str(config), f"--model.init_args.target_ckpt={target}", *TINY_NET]
+    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
+    straight.mkdir(), crashed.mkdir()
+    cli(["unlearn", *common], straight, subprocess_env)
+    stop = _callback_state(straight, "StopAtTarget")
+    assert stop["first_met_step"] is not None and len(stop["history"]) >= 4
+    kill_at = int(stop["history"][2]["step"]) + 2  # after a few evaluations, between checkpoints
+    killed = cli(["unlearn", *common, "--trainer.callbacks+=kill_switch.KillAtStep",
+                  f"--trainer.callbacks.step={kill_at}"], crashed, subprocess_env, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    cli(["unlearn", *common, "--ckpt_path=last"], crashed, subprocess_env)
+    a_state, a_step, _ = _final_state(straight, kappa=False)
+    b_state, b_step, _ = _final_state(crashed, kappa=False)
+    assert a_step == b_step
+    for k in a_state:
+        assert torch.equal(a_state[k], b_state[k]), k
+    resumed_stop = _callback_state(crashed, "StopAtTarget")
+    assert resumed_stop["history"] == stop["history"] and resumed_stop["ended_on_step"] == stop["ended_on_step"]
+    assert _callback_state(crashed, "QuotaController") == _callback_state(straight, "QuotaController")
 
 
 def test_two_process_ddp_matches_one_process_at_the_same_global_batch(target, tmp_path, subprocess_env):

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from helpers import digits_dm, quick_trainer
 from lit_unlearn.callbacks import TrajectoryRecorder
-from lit_unlearn.cli import config_chain
+from lit_unlearn.packaged_configs import config_chain
 from lit_unlearn.experiments import STUDIES, load_config, run_suite
 from lit_unlearn.models import CifarResNet
 from lit_unlearn.modules import HAMUModule
@@ -115,4 +115,13 @@ def test_bad_suite_configs_say_what_is_wrong(tmp_path):
         load_config(tmp_path / "nope.yaml")
     bad.write_text(json.dumps({**TINY, "studies": ["trajectories", "vibes"]}))
     with pytest.raises(ValueError, match="unknown studies"):
+        load_config(bad)
+    bad.write_text(json.dumps({**TINY, "epochz": 3}))  # a typo is refused, with the key it probably meant
+    with pytest.raises(ValueError, match="unknown key 'epochz' \\(did you mean 'epochs'\\?\\)"):
+        load_config(bad)
+    bad.write_text(json.dumps({**TINY, "quota": {"ratio": [0.1]}}))
+    with pytest.raises(ValueError, match="unknown key 'quota.ratio' \\(did you mean 'ratios'\\?\\)"):
+        load_config(bad)
+    bad.write_text(json.dumps({**TINY, "methods": {"HAMU": {"class_path": "x.Y", "init_arg": {}}}}))
+    with pytest.raises(ValueError, match="unknown keys \\['init_arg'\\]"):
         load_config(bad)

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from helpers import digits_dm, first_pair, quick_trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 from lit_unlearn.callbacks import KappaEarlyStopping
+from lit_unlearn.errors import UserError
 
 from lit_unlearn.algorithms import block_index, block_stats, hamu_step, tensor_stats
 from lit_unlearn.data import (
@@ -177,7 +178,7 @@ def test_kappa_callback_patience_soft_margin_and_state():
     assert restored.state_dict() == cb.state_dict()
     hard = KappaEarlyStopping(mode="hard", epsilon=0.5, verbose=False)
     assert hard.allows_update(soft_only)  # hard mode ignores the margin
-    with pytest.raises(TypeError, match="HAMU trainer"):
+    with pytest.raises(UserError, match="HAMU trainer"):
         _trainer(1, callbacks=[KappaEarlyStopping()]).fit(GradDiffModule(_net()), _dm())
 
 

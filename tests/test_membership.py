@@ -80,6 +80,7 @@ def test_mia_efficacy_uses_the_first_test_sized_slice_of_retain():
     forget = {"confidence": np.full(5, 0.99)}
     # With shadow members = retain[:10] (all 0.99) the forget set (0.99) is called "member": efficacy 0.
     assert mia_efficacy(retain, test, forget) == 0.0
+    assert np.isnan(mia_efficacy(retain, test, {"confidence": np.array([np.nan])}))  # a diverged model
     with pytest.raises(ValueError, match="unknown MIA feature"):
         mia_efficacy(retain, test, forget, feature="nope")
 

@@ -13,6 +13,7 @@ from lit_unlearn.algorithms.quota import (
     predicted_forget_gain,
     quota_limit,
     raw_to_clipped_quota,
+    reachable_gain,
     steer,
 )
 
@@ -79,8 +80,12 @@ def test_steering_hits_the_wanted_gain_and_stays_feasible():
         assert st.quota <= 0.9 * quota_limit(rr, ff, rf, eta=st.eta) + 1e-15  # Q_t feasible at η_t
         step = hamu_step(rr, ff, rf, eta=st.eta, quota=st.quota, clip_norm=1.0)
         assert step.branch_counts()["infeasible"] == 0
+        # ... and within the κ₂ bound: the solver's own aggregate rule never calls the step irreconcilable.
+        assert st.eta == 0 or not step.is_irreconcilable("aggregate")
+        assert step.reachable_gain == pytest.approx(reachable_gain(rr, ff, rf, eta=st.eta), rel=1e-9, abs=1e-15)
         gain = forget_clip_scale(ff.sum(), 1.0) * step.pred_delta_forget.item()
-        full = predicted_forget_gain(rr, ff, rf, quota=0.9 * quota_limit(rr, ff, rf, eta=eta), eta=eta)
+        q_full = 0.9 * min(quota_limit(rr, ff, rf, eta=eta), reachable_gain(rr, ff, rf, eta=eta))
+        full = predicted_forget_gain(rr, ff, rf, quota=q_full, eta=eta)
         expected = min(max(st.wanted_gain, 0.0), full)
         assert gain == pytest.approx(expected, rel=1e-6, abs=1e-12)
         if distance <= 0:  # nothing more to forget: Q = 0, and no forget gain (η_t = 0 if retain descent forgets)

@@ -17,6 +17,7 @@ from lit_unlearn.models import CifarResNet
 from lit_unlearn.modules import GradDiffModule, HAMUModule
 from lit_unlearn.verification import ClassifierVerifier, ForgetTarget, RetrainedReference, TrainingRecipe
 from lit_unlearn.verification.retrain import train_classifier
+from lit_unlearn.verification.targets import parse_targets
 
 NET = {"class_path": "lit_unlearn.models.CifarResNet", "init_args": {"depth": 8, "num_classes": 10, "in_channels": 1}}
 RECIPE = TrainingRecipe(epochs=2, lr=1e-3, batch_size=128, seed=0, network=NET)
@@ -42,14 +43,18 @@ def test_target_grammar_and_semantics():
         ForgetTarget.parse("forget_acc about 0.1")
     with pytest.raises(UserError, match="needs the retrained model"):
         band.met(0.9, None)
+    both = parse_targets("avg_gap <= 0.03 and forget_vs_retrain_auc <= 0.6")
+    assert [t.metric for t in both] == ["avg_gap", "forget_vs_retrain_auc"]
+    with pytest.raises(UserError, match="mixes classifier and TOFU"):
+        parse_targets("ua <= 0.5 and forget_quality >= 0.1")
 
 
 # ----- the verifier ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def nets():
     source = DigitsSource(seed=0)
-    target, _ = train_classifier(RECIPE, source)
-    retrained, _ = train_classifier(RECIPE, source, ClassForget(0))
+    target = train_classifier(RECIPE, source)
+    retrained = train_classifier(RECIPE, source, ClassForget(0))
     return target.network.eval(), retrained.network.eval()
 
 
@@ -122,7 +127,7 @@ def test_stops_at_the_first_met_evaluation_and_ends_on_the_closest_weights(nets,
 
     class Probe(StopAtTarget):  # records the true full-set forget loss after every step
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            probe.append(self.source.evaluate(trainer, pl_module, ["forget_loss"])["forget_loss"])
+            probe.append(self.source.target_values(trainer, pl_module, ["forget_loss"])["forget_loss"])
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     stop = Probe(f"forget_loss >= {threshold}", every_n_steps=2, patience=3)
@@ -145,7 +150,8 @@ def test_a_target_never_met_ends_on_the_closest_and_says_so(nets):
     module = _module(nets, GradDiffModule, lr=1e-4)  # far too small to forget anything in 9 steps
     quick_trainer(9, callbacks=[stop], limit_val_batches=0).fit(module, digits_dm())
     assert stop.first_met_step is None and "not met" in stop.summary()
-    assert stop.ended_on_step == min(stop.history, key=lambda r: r["distance"])["step"]
+    closest = min(r["distance"] for r in stop.history)
+    assert stop.ended_on_step == max(r["step"] for r in stop.history if r["distance"] == closest)  # ties: latest
 
 
 def test_bad_targets_say_what_is_wrong(nets, tmp_path):

@@ -13,11 +13,13 @@ per step once ‖G_f‖ > c, and ‖G_f‖ grows as forgetting proceeds, so each
   otherwise meets its quota exactly. So Q is only a lower bound: when κ_i < 0 (retain descent itself raises the
   forget loss, as in class unlearning) even Q = 0 forgets η·Σ_i max(0, −κ_i) per step, and only a smaller η
   forgets less.
+- Reachable without retain damage (the κ₂ bound): G(η) = η·Σ_i sqrt(‖a_i‖²‖b_i‖² − max(κ_i, 0)²); a quota above
+  it makes HAMU trade retain loss for forgetting, and the κ₂ rule calls that step irreconcilable.
 - Control towards a forget-loss goal L*: ask for the raw gain p = (L* − L_f)/H per step (a proportional
   controller with horizon H; nothing once L* is passed), i.e. s_f·p clipped, and choose (Q_t, η_t) with
-  P(η_t, Q_t) = s_f·p: the largest step η when some Q ≤ max_fraction × limit gives it, else Q_t = 0 and
-  η_t = s_f·p / Σ_i max(0, −κ_i); capped at the full-effort step (Q = max_fraction × limit, η) when even that
-  is too little.
+  P(η_t, Q_t) = s_f·p: the largest step η when some Q ≤ max_fraction × min(limit, G) gives it, else Q_t = 0
+  and η_t = s_f·p / Σ_i max(0, −κ_i); capped at the full-effort step (that largest Q, η) when even that is too
+  little. So Q_t stays feasible and within the κ₂ bound: the controller never forces retain damage.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from torch import Tensor
 
 from lit_unlearn.algorithms.hamu import allocate_quota, clip_scales
 
-__all__ = ["QUOTA_UNITS", "Steering", "forget_clip_scale", "predicted_forget_gain", "quota_limit",
+__all__ = ["QUOTA_UNITS", "Steering", "forget_clip_scale", "predicted_forget_gain", "quota_limit", "reachable_gain",
            "raw_to_clipped_quota", "steer"]
 
 QUOTA_UNITS = ("clipped", "raw")
@@ -66,6 +68,13 @@ def quota_limit(rr: Tensor, ff: Tensor, rf: Tensor, *, eta: float, allocation: s
     return float((capacity[takes] / weights[takes]).min())
 
 
+def reachable_gain(rr: Tensor, ff: Tensor, rf: Tensor, *, eta: float, clip_norm: float | None = 1.0) -> float:
+    """G(η) = η·Σ_i sqrt(‖a_i‖²‖b_i‖² − max(κ_i, 0)²): the most forget gain (clipped units) HAMU-Q's blocks reach
+    without raising the retain loss (the quantity the aggregate κ₂ rule compares with Q)."""
+    crr, cff, crf = _clipped(rr, ff, rf, clip_norm)
+    return float(eta * (crr * cff - crf.clamp_min(0.0) ** 2).clamp_min(0.0).sqrt().sum())
+
+
 def predicted_forget_gain(rr: Tensor, ff: Tensor, rf: Tensor, *, quota: float, eta: float,
                           allocation: str = "norm_product", clip_norm: float | None = 1.0) -> float:
     """P(η, Q) = Σ_i max(Q·w_i, −η·κ_i): HAMU-Q's first-order forget gain (clipped units) when every block is
@@ -99,7 +108,8 @@ def steer(rr: Tensor, ff: Tensor, rf: Tensor, *, distance: float, horizon: float
     def gain(q: float, e: float) -> float:
         return float(torch.maximum(q * weights, -e * crf).sum())
 
-    q_max = max_fraction * limit
+    reachable = reachable_gain(rr, ff, rf, eta=eta, clip_norm=clip_norm)
+    q_max = max_fraction * min(limit, reachable)
     if wanted >= gain(q_max, eta):
         return Steering(q_max, eta, wanted, limit)
     floor = gain(0.0, eta)  # η·Σ max(0, −κ_i): what retain descent alone forgets

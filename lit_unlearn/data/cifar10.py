@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lit_unlearn.errors import MissingFileError, UserError
 from lit_unlearn.data.arrays import ArrayDataset, ImageSource, ImageSplits
 
 __all__ = ["Cifar10Source", "read_cifar10_batch", "CIFAR10_MEAN", "CIFAR10_STD"]
@@ -30,10 +31,10 @@ def read_cifar10_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
         data = entry[b"data"]
         labels = entry[b"labels"]
     except KeyError as err:
-        raise ValueError(f"{path} is not a CIFAR-10 python batch (no {err.args[0]!r} key)") from None
+        raise UserError(f"{path} is not a CIFAR-10 python batch (no {err.args[0]!r} key)") from None
     data = np.asarray(data, dtype=np.uint8)
     if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
-        raise ValueError(f"{path}: expected data shaped (N, 3072), got {data.shape}")
+        raise UserError(f"{path}: expected data shaped (N, 3072), got {data.shape}")
     return data.reshape(-1, 3, 32, 32), np.asarray(labels, dtype=np.int64)
 
 
@@ -47,7 +48,7 @@ class Cifar10Source(ImageSource):
             if all((candidate / f).is_file() for f in TRAIN_FILES + TEST_FILES):
                 return candidate
         missing = [f for f in TRAIN_FILES + TEST_FILES if not (root / f).is_file()]
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"CIFAR-10 python pickles not found under {root.resolve()} (missing: {', '.join(missing)}). "
             "Download 'cifar-10-python.tar.gz' from https://www.cs.toronto.edu/~kriz/cifar.html, extract it, and "
             "set data.init_args.dataset.init_args.root to the 'cifar-10-batches-py' folder. "

@@ -6,6 +6,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from lit_unlearn.errors import UserError
 from lit_unlearn.data.arrays import ImageSource, ImageSplits
 from lit_unlearn.data.digits import DigitsSource
 from lit_unlearn.data.forget_sets import ClassForget, ForgetSpec
@@ -73,9 +74,9 @@ class PairedDataModule(pl.LightningDataModule):
         if self.retain_set is None:
             self.retain_set, self.forget_set, self.eval_sets = self.build()
             if len(self.forget_set) == 0:
-                raise ValueError("the forget set is empty: nothing to unlearn")
+                raise UserError("the forget set is empty: nothing to unlearn")
             if len(self.retain_set) == 0:
-                raise ValueError("the retain set is empty")
+                raise UserError("the retain set is empty")
 
     @property
     def eval_split_names(self) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from lit_unlearn.errors import UserError
 from lit_unlearn.data.arrays import ArrayDataset, ImageSource, ImageSplits
 
 __all__ = ["DigitsSource"]
@@ -16,7 +17,7 @@ class DigitsSource(ImageSource):
 
     def __init__(self, test_fraction: float = 0.2, seed: int = 0) -> None:
         if not 0.0 < test_fraction < 1.0:
-            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+            raise UserError(f"test_fraction must be in (0, 1), got {test_fraction}")
         self.test_fraction = test_fraction
         self.seed = seed
 

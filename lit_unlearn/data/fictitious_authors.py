@@ -23,6 +23,8 @@ import json
 import random
 from pathlib import Path
 
+from lit_unlearn.errors import UserError
+
 __all__ = ["generate_fictitious_tofu", "write_tofu_json", "FORGET_LEVELS"]
 
 FORGET_LEVELS = {"01": 0.01, "05": 0.05, "10": 0.10}
@@ -132,9 +134,9 @@ def generate_fictitious_tofu(n_authors: int = 40, n_questions: int = 8, n_holdou
                              n_retain_perturbed: int | None = None) -> dict[str, list[dict]]:
     """All TOFU splits for `n_authors` invented authors with `n_questions` questions each."""
     if not 10 <= n_authors <= len(FIRST) * len(LAST) - n_holdout:
-        raise ValueError(f"n_authors={n_authors}: need at least 10 (forget01 must hold one author)")
+        raise UserError(f"n_authors={n_authors}: need at least 10 (forget01 must hold one author)")
     if not 1 <= n_questions <= len(TEMPLATES):
-        raise ValueError(f"n_questions must be in 1..{len(TEMPLATES)}, got {n_questions}")
+        raise UserError(f"n_questions must be in 1..{len(TEMPLATES)}, got {n_questions}")
     rng = random.Random(seed)
     used: set[str] = set()
     authors = [_author(rng, used) for _ in range(n_authors)]

@@ -15,23 +15,25 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from lit_unlearn.errors import UserError
+
 __all__ = ["ForgetSpec", "ClassForget", "RandomForget", "MixtureForget", "IndexForget", "check_split"]
 
 
 def check_split(forget: np.ndarray, retain: np.ndarray, n: int) -> None:
     """Refuse splits that cannot train: empty sides, out-of-range, duplicated or overlapping indices."""
     if forget.size == 0:
-        raise ValueError("the forget set is empty: nothing to unlearn. Check the forget class / fraction / indices.")
+        raise UserError("the forget set is empty: nothing to unlearn. Check the forget class / fraction / indices.")
     if retain.size == 0:
-        raise ValueError("the retain set is empty: every training example was put in the forget set.")
+        raise UserError("the retain set is empty: every training example was put in the forget set.")
     for name, idx in (("forget", forget), ("retain", retain)):
         if idx.min() < 0 or idx.max() >= n:
-            raise ValueError(f"{name} indices must lie in [0, {n}); got range [{idx.min()}, {idx.max()}]")
+            raise UserError(f"{name} indices must lie in [0, {n}); got range [{idx.min()}, {idx.max()}]")
         if np.unique(idx).size != idx.size:
-            raise ValueError(f"the {name} indices contain duplicates")
+            raise UserError(f"the {name} indices contain duplicates")
     overlap = np.intersect1d(forget, retain)
     if overlap.size:
-        raise ValueError(
+        raise UserError(
             f"{overlap.size} example(s) are in both the forget and the retain set (first: {overlap[:5].tolist()}); "
             "a forget/retain split must be disjoint."
         )
@@ -75,30 +77,30 @@ class ClassForget(ForgetSpec):
         idx = np.flatnonzero(labels == self._class)
         if idx.size == 0:
             present = sorted(np.unique(labels).tolist())
-            raise ValueError(f"forget_class={self._class} has no training examples; classes present: {present}")
+            raise UserError(f"forget_class={self._class} has no training examples; classes present: {present}")
         return idx
 
 
 class RandomForget(ForgetSpec):
     def __init__(self, fraction: float | None = 0.1, size: int | None = None, seed: int = 0) -> None:
         if (fraction is None) == (size is None):
-            raise ValueError("give exactly one of fraction or size for RandomForget")
+            raise UserError("give exactly one of fraction or size for RandomForget")
         if fraction is not None and not 0.0 < fraction < 1.0:
-            raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+            raise UserError(f"fraction must be in (0, 1), got {fraction}")
         self.fraction, self.size, self.seed = fraction, size, seed
 
     def forget_indices(self, labels: np.ndarray) -> np.ndarray:
         n = len(labels)
         k = self.size if self.size is not None else int(round(self.fraction * n))
         if not 0 < k < n:
-            raise ValueError(f"a random forget set of {k} out of {n} examples leaves no forget or no retain set")
+            raise UserError(f"a random forget set of {k} out of {n} examples leaves no forget or no retain set")
         return np.random.default_rng(self.seed).choice(n, size=k, replace=False)
 
 
 class MixtureForget(ForgetSpec):
     def __init__(self, forget_class: int = 0, rho: float = 0.0, size: int | None = None, seed: int = 0) -> None:
         if not 0.0 <= rho <= 1.0:
-            raise ValueError(f"rho must be in [0, 1], got {rho}")
+            raise UserError(f"rho must be in [0, 1], got {rho}")
         self._class, self.rho, self.size, self.seed = forget_class, rho, size, seed
 
     @property
@@ -112,11 +114,11 @@ class MixtureForget(ForgetSpec):
         n_similar = int(round(self.rho * size))
         n_class = size - n_similar
         if size <= 0:
-            raise ValueError("the mixture forget set would be empty (size 0 or no examples of the forget class)")
+            raise UserError("the mixture forget set would be empty (size 0 or no examples of the forget class)")
         if n_class > in_class.size:
-            raise ValueError(f"need {n_class} examples of class {self._class}, only {in_class.size} exist")
+            raise UserError(f"need {n_class} examples of class {self._class}, only {in_class.size} exist")
         if n_similar > others.size:
-            raise ValueError(f"need {n_similar} examples of other classes, only {others.size} exist")
+            raise UserError(f"need {n_similar} examples of other classes, only {others.size} exist")
         rng = np.random.default_rng(self.seed)
         return np.concatenate([
             rng.choice(in_class, size=n_class, replace=False),

@@ -26,6 +26,8 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
+from lit_unlearn.errors import UserError
+
 __all__ = ["PairedBatchStream", "ResumableDataLoader", "stream_positions"]
 
 
@@ -63,11 +65,11 @@ class PairedBatchStream(IterableDataset):
         self.retain, self.forget = retain, forget
         self.n_retain, self.n_forget = len(retain), len(forget)
         if self.n_forget == 0:
-            raise ValueError("the forget set is empty: nothing to unlearn")
+            raise UserError("the forget set is empty: nothing to unlearn")
         if self.n_retain == 0:
-            raise ValueError("the retain set is empty")
+            raise UserError("the retain set is empty")
         if retain_batch_size < 1 or forget_batch_size < 1:
-            raise ValueError(f"batch sizes must be ≥ 1, got retain={retain_batch_size}, forget={forget_batch_size}")
+            raise UserError(f"batch sizes must be ≥ 1, got retain={retain_batch_size}, forget={forget_batch_size}")
         # A batch larger than its dataset would repeat examples within the batch: use the full set instead.
         self.retain_batch_size = min(retain_batch_size, self.n_retain)
         self.forget_batch_size = min(forget_batch_size, self.n_forget)
@@ -103,7 +105,7 @@ class PairedBatchStream(IterableDataset):
         r, f = self.global_indices(step)
         for name, size in (("retain", self.retain_batch_size), ("forget", self.forget_batch_size)):
             if size % world:
-                raise ValueError(
+                raise UserError(
                     f"the global {name} batch ({size}) is not divisible by the world size ({world}): ranks would "
                     f"see unequal slices and the averaged gradient would differ from the global batch's. "
                     f"Use a {name}_batch_size that is a multiple of {world}."
@@ -140,7 +142,7 @@ class ResumableDataLoader(DataLoader):
 
     def __init__(self, dataset: PairedBatchStream, num_workers: int = 0, **kwargs: Any) -> None:
         if kwargs.pop("persistent_workers", False):
-            raise ValueError("persistent_workers would keep stale epoch/start positions in the workers; leave it off")
+            raise UserError("persistent_workers would keep stale epoch/start positions in the workers; leave it off")
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self._total = 0  # batches handed out so far in this fit
 
@@ -155,7 +157,7 @@ class ResumableDataLoader(DataLoader):
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         if state.get("seed", self.dataset.seed) != self.dataset.seed:
-            raise ValueError(
+            raise UserError(
                 f"the checkpoint's data stream used seed {state['seed']}, this run uses {self.dataset.seed}: "
                 "resuming would replay different batches. Use the original seed."
             )

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from lit_unlearn.errors import MissingFileError, UserError
 from lit_unlearn.algorithms.losses import IGNORE_INDEX
 from lit_unlearn.data.datamodules import PairedDataModule
 
@@ -45,7 +46,25 @@ def _read_local(folder: Path, split: str) -> list[dict]:
             import pandas as pd
 
             return pd.read_parquet(path).to_dict("records")
-    raise FileNotFoundError(f"split {split!r} not found in {folder} (looked for {split}.json / .jsonl / .parquet)")
+    raise MissingFileError(f"split {split!r} not found in {folder} (looked for {split}.json / .jsonl / .parquet)")
+
+
+QA_COLUMNS = ("question", "answer")
+PERTURBED_COLUMNS = ("question", "answer", "paraphrased_answer", "perturbed_answer")
+EVAL_COLUMNS = {"forget": PERTURBED_COLUMNS, "retain": PERTURBED_COLUMNS,
+                "real_authors": ("question", "answer", "perturbed_answer"),
+                "world_facts": ("question", "answer", "perturbed_answer"), "holdout": QA_COLUMNS}
+
+
+def check_columns(rows: list[dict], required: tuple[str, ...], split: str, where: str) -> None:
+    """Refuse a split whose rows lack a column the evaluation needs, before any model is run."""
+    if not rows:
+        raise UserError(f"split {split!r} in {where} is empty")
+    missing = sorted({c for r in rows for c in required if c not in r})
+    if missing:
+        have = sorted(rows[0])
+        raise UserError(f"split {split!r} in {where} has no column(s) {missing} (it has {have}); the TOFU "
+                        "evaluation needs TOFU's *_perturbed splits (paraphrased_answer, perturbed_answer)")
 
 
 class TofuSource:
@@ -56,7 +75,7 @@ class TofuSource:
             forget_level: "01", "05" or "10" (forget01 + retain99, …).
         """
         if forget_level not in FORGET_SPLITS:
-            raise ValueError(f"forget_level={forget_level!r}: choose one of {sorted(FORGET_SPLITS)}")
+            raise UserError(f"forget_level={forget_level!r}: choose one of {sorted(FORGET_SPLITS)}")
         self.path, self.forget_level, self.cache_dir = path, forget_level, cache_dir
 
     @property
@@ -66,18 +85,26 @@ class TofuSource:
     def load_split(self, split: str) -> list[dict]:
         if self.is_local:
             return _read_local(Path(self.path), split)
-        if "/" not in self.path:
-            raise FileNotFoundError(f"{self.path!r} is neither a local folder nor a hub dataset name (owner/name)")
+        from lit_unlearn.hub import hub_error, resolve_pretrained
+
+        resolve_pretrained(self.path, "TOFU data", "`lit-unlearn tofu-demo` writes runs/tofu/data")
         import datasets
 
-        return list(datasets.load_dataset(self.path, split, split="train", cache_dir=self.cache_dir))
+        try:
+            return list(datasets.load_dataset(self.path, split, split="train", cache_dir=self.cache_dir))
+        except (OSError, ConnectionError) as err:
+            raise hub_error("dataset", f"{self.path}:{split}", err) from err
 
     def forget_retain(self) -> tuple[list[dict], list[dict]]:
         forget, retain = FORGET_SPLITS[self.forget_level]
-        return self.load_split(forget), self.load_split(retain)
+        rows = self.load_split(forget), self.load_split(retain)
+        for split, data in zip((forget, retain), rows):
+            check_columns(data, QA_COLUMNS, split, self.path)
+        return rows
 
     def eval_splits(self) -> dict[str, list[dict]]:
-        """The TOFU evaluation sets; missing optional ones (real authors, world facts, holdout) are skipped."""
+        """The TOFU evaluation sets, their columns checked before any work; missing optional ones (real authors,
+        world facts, holdout) are skipped."""
         out = {"forget": self.load_split(f"forget{self.forget_level}_perturbed"),
                "retain": self.load_split("retain_perturbed")}
         for name, split in (("real_authors", "real_authors_perturbed"), ("world_facts", "world_facts_perturbed"),
@@ -86,6 +113,8 @@ class TofuSource:
                 out[name] = self.load_split(split)
             except FileNotFoundError:
                 continue
+        for name, rows in out.items():
+            check_columns(rows, EVAL_COLUMNS[name], name, self.path)
         return out
 
 
@@ -113,9 +142,9 @@ class WaterDrumSource(TofuSource):
 class QAFormatter:
     def __init__(self, tokenizer, template: str = "plain", max_length: int = 256) -> None:
         if template not in TEMPLATES:
-            raise ValueError(f"template={template!r}: choose one of {TEMPLATES}")
+            raise UserError(f"template={template!r}: choose one of {TEMPLATES}")
         if tokenizer.pad_token_id is None:
-            raise ValueError("the tokenizer has no pad token: set tokenizer.pad_token (e.g. to the eos token)")
+            raise UserError("the tokenizer has no pad token: set tokenizer.pad_token (e.g. to the eos token)")
         self.tokenizer, self.template, self.max_length = tokenizer, template, max_length
 
     def prompt(self, question: str) -> str:
@@ -141,7 +170,7 @@ class QAFormatter:
         ids = (prompt + answer_ids)[: self.max_length]
         n_prompt = min(len(prompt), len(ids))
         if n_prompt >= len(ids):
-            raise ValueError(f"max_length={self.max_length} leaves no answer token for question {question[:60]!r}")
+            raise UserError(f"max_length={self.max_length} leaves no answer token for question {question[:60]!r}")
         labels = [IGNORE_INDEX] * n_prompt + ids[n_prompt:]
         return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels)}
 
@@ -149,10 +178,10 @@ class QAFormatter:
 class TokenizedQA(Dataset):
     def __init__(self, rows: list[dict], formatter: QAFormatter, answer_key: str = "answer") -> None:
         if not rows:
-            raise ValueError("empty QA split")
+            raise UserError("empty QA split")
         missing = [k for k in ("question", answer_key) if k not in rows[0]]
         if missing:
-            raise KeyError(f"QA rows need columns {missing}; got {sorted(rows[0])}")
+            raise UserError(f"QA rows need columns {missing}; got {sorted(rows[0])}")
         self.rows = rows
         self.items = [formatter.encode(r["question"], r[answer_key]) for r in rows]
 
@@ -192,13 +221,11 @@ class TofuDataModule(PairedDataModule):
         super().__init__(retain_batch_size, forget_batch_size, eval_batch_size, seed, num_workers)
         self.source = source or TofuSource()
         if tokenizer is None:
-            raise ValueError("TofuDataModule needs a tokenizer (an object, a hub name or a local folder)")
+            raise UserError("TofuDataModule needs a tokenizer (an object, a hub name or a local folder)")
         if isinstance(tokenizer, (str, Path)):
-            from transformers import AutoTokenizer
+            from lit_unlearn.data.tokenizer import load_tokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
-            if tokenizer.pad_token_id is None:
-                tokenizer.pad_token = tokenizer.eos_token
+            tokenizer = load_tokenizer(str(tokenizer))
         self.tokenizer = tokenizer
         self.formatter = QAFormatter(tokenizer, template, max_length)
         self.collate_fn = pad_collate(tokenizer.pad_token_id)

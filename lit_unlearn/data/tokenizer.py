@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["train_bpe_tokenizer", "SPECIAL_TOKENS"]
+__all__ = ["train_bpe_tokenizer", "load_tokenizer", "SPECIAL_TOKENS"]
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 
@@ -30,3 +30,23 @@ def train_bpe_tokenizer(texts: Iterable[str], folder: str | Path | None = None, 
         Path(folder).mkdir(parents=True, exist_ok=True)
         wrapped.save_pretrained(str(folder))
     return wrapped
+
+
+def load_tokenizer(name_or_path: str):
+    """AutoTokenizer from a local folder or a hub name, with a pad token (the eos token when it has none);
+    a missing folder or a failed download is one clear error."""
+    from transformers import AutoTokenizer
+
+    from lit_unlearn.hub import hub_error, is_hub_name, resolve_pretrained
+
+    name = resolve_pretrained(str(name_or_path), "tokenizer",
+                              "`lit-unlearn tofu-demo` writes runs/tofu/tokenizer; or give a hub name")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except OSError as err:
+        if is_hub_name(name):
+            raise hub_error("tokenizer", name, err) from err
+        raise
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

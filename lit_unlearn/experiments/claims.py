@@ -5,7 +5,10 @@ Studies (each optional, driven by one YAML file such as configs/claims_digits.ya
 - hardness:     Pearson correlation between HAMU's mean κ̄ (clipped g_r·g_f, over steps) and ρ;
 - quota:        HAMU's ΔL_f after a fixed budget against Q/η, with the R² of a linear fit;
 - stopping:     a long HAMU run with κ₂ stopping in monitor-only mode: where −ΔL_r peaks vs where it would fire;
-- ablation:     per-layer quota (‖g_r⁽ⁱ⁾‖‖g_f⁽ⁱ⁾‖ allocation) vs uniform quota vs one global constraint.
+- ablation:     per-layer quota (‖g_r⁽ⁱ⁾‖‖g_f⁽ⁱ⁾‖ allocation) vs uniform quota vs one global constraint;
+- verification: every method against the retrained model (UA/RA/TA, MIA-efficacy, forget-vs-retrain AUC, Avg.
+                Gap) at each ρ, run for the full budget and stopped at a forget target (HAMU also steered by the
+                quota controller).
 Everything lands in `out_dir`: one CSV per study, summary.json / summary.md, and PNG figures.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import difflib
 import json
 import math
 import time
@@ -24,11 +28,12 @@ import numpy as np
 import scipy.stats
 import yaml
 
+from lit_unlearn.errors import MissingFileError, UserError
 from lit_unlearn.experiments.runs import RunResult, train_target, unlearning_run
 
 __all__ = ["STUDIES", "load_config", "run_suite"]
 
-STUDIES = ("trajectories", "hardness", "quota", "stopping", "ablation")
+STUDIES = ("trajectories", "hardness", "quota", "stopping", "ablation", "verification")
 EPOCH_COLUMNS = {
     "delta_forget_loss": "unlearn/delta_forget_loss",
     "neg_delta_retain_loss": "unlearn/neg_delta_retain_loss",
@@ -39,19 +44,60 @@ EPOCH_COLUMNS = {
 REQUIRED = ("network", "dataset", "target", "forget", "data", "epochs", "methods")
 
 
+SCHEMA: dict[str, tuple[str, ...]] = {
+    "": ("out_dir", "seeds", "network", "dataset", "target", "forget", "data", "epochs", "rhos", "studies", "methods",
+         "quota", "stopping", "ablation", "verification"),
+    "target": ("epochs", "lr", "batch_size", "ckpt"),
+    "forget": ("forget_class", "size"),
+    "data": ("retain_batch_size", "forget_batch_size"),
+    "quota": ("method", "rho", "epochs", "ratios"),
+    "stopping": ("method", "rho", "epochs", "callback"),
+    "ablation": ("method", "rho", "epochs", "variants"),
+    "verification": ("rhos", "epochs", "target", "every_n_steps", "patience", "controller", "extra_methods"),
+}
+
+
+def _check_keys(values: dict, section: str, path: Path) -> None:
+    allowed = SCHEMA[section]
+    for key in values:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            where = f"{section}.{key}" if section else str(key)
+            raise UserError(f"{path}: unknown key {where!r}{hint}; allowed here: {', '.join(allowed)}")
+
+
 def load_config(path: str | Path) -> dict[str, Any]:
+    """Read and validate a suite config: unknown keys are refused (with a suggestion), specs must be buildable."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"experiment config {path} not found (packaged ones: `lit-unlearn configs`)")
+        raise MissingFileError(f"experiment config {path} not found (packaged ones: `lit-unlearn configs`)")
     cfg = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(cfg, dict):
+        raise UserError(f"{path}: an experiment config is a mapping of keys (see configs/claims_digits.yaml)")
+    _check_keys(cfg, "", path)
+    for section in SCHEMA:
+        if section and isinstance(cfg.get(section), dict):
+            _check_keys(cfg[section], section, path)
     missing = [k for k in REQUIRED if k not in cfg]
     if missing:
-        raise ValueError(f"{path}: missing top-level keys {missing}")
+        raise UserError(f"{path}: missing top-level keys {missing}")
     unknown = [s for s in cfg.get("studies", STUDIES) if s not in STUDIES]
     if unknown:
-        raise ValueError(f"{path}: unknown studies {unknown}; choose from {STUDIES}")
+        raise UserError(f"{path}: unknown studies {unknown}; choose from {', '.join(STUDIES)}")
     if "hardness" in cfg.get("studies", STUDIES) and "HAMU" not in cfg["methods"]:
-        raise ValueError(f"{path}: the hardness study needs a method named HAMU")
+        raise UserError(f"{path}: the hardness study needs a method named HAMU")
+    methods = {**cfg["methods"], **((cfg.get("verification") or {}).get("extra_methods") or {})}
+    for name, spec in methods.items():
+        if not isinstance(spec, dict) or "class_path" not in spec:
+            raise UserError(f"{path}: method {name!r} needs a class_path (e.g. lit_unlearn.modules.HAMUModule)")
+        bad = set(spec) - {"class_path", "init_args"}
+        if bad:
+            raise UserError(f"{path}: method {name!r} has unknown keys {sorted(bad)}; use class_path and init_args")
+    if "verification" in cfg.get("studies", STUDIES):
+        from lit_unlearn.verification.targets import parse_targets
+
+        parse_targets((cfg.get("verification") or {}).get("target", "forget_vs_retrain_auc <= 0.6"))
     return cfg
 
 
@@ -68,10 +114,28 @@ class _Suite:
         self.seeds = list(cfg.get("seeds", [0]))
         self.summary: dict[str, Any] = {"config": cfg}
         self.trajectory_runs: list[tuple[str, float, int, RunResult]] = []
+        self.total_runs, self.done_runs, self.started = 0, 0, time.perf_counter()
+
+    def plan(self, studies: list[str]) -> int:
+        """How many unlearning runs the chosen studies make (for the progress line and its ETA)."""
+        cfg, seeds = self.cfg, len(self.seeds)
+        rhos, methods = len(cfg.get("rhos", [0.0, 0.25, 0.5, 0.75])), len(cfg["methods"])
+        verification = cfg.get("verification") or {}
+        counts = {
+            "trajectories": seeds * rhos * methods,
+            "hardness": 0 if "trajectories" in studies and "HAMU" in cfg["methods"] else seeds * rhos,
+            "quota": seeds * len((cfg.get("quota") or {}).get("ratios", [0.001, 0.002, 0.004, 0.006, 0.008])),
+            "stopping": 1,
+            "ablation": seeds * len((cfg.get("ablation") or {}).get("variants") or [0, 1, 2]),
+            "verification": seeds * len(verification.get("rhos", [0.0, 0.5])) * 2
+            * (methods + len(verification.get("extra_methods") or {})),
+        }
+        self.total_runs = sum(counts[s] for s in studies)
+        return self.total_runs
 
     def run(self, label: str, method: str, rho: float, seed: int, epochs: int, init_overrides: dict | None = None,
-            kappa_stopping: dict | None = None) -> RunResult:
-        spec = copy.deepcopy(self.cfg["methods"][method])
+            kappa_stopping: dict | None = None, callbacks: list | None = None, spec: dict | None = None) -> RunResult:
+        spec = copy.deepcopy(spec or self.cfg["methods"][method])
         spec.setdefault("init_args", {}).update(init_overrides or {})
         forget, data = self.cfg["forget"], self.cfg["data"]
         started = time.perf_counter()
@@ -80,9 +144,21 @@ class _Suite:
             forget_class=int(forget.get("forget_class", 0)), rho=float(rho), forget_size=forget.get("size"),
             epochs=epochs, retain_batch_size=int(data["retain_batch_size"]),
             forget_batch_size=int(data["forget_batch_size"]), seed=seed, kappa_stopping=kappa_stopping,
-            root=self.out)
+            root=self.out, callbacks=callbacks)
         diverged = result.info.get("diverged_step")
         note = f" DIVERGED at step {diverged}, curve kept up to its last evaluation" if diverged is not None else ""
+        self.done_runs += 1
+        if self.total_runs:
+            elapsed = time.perf_counter() - self.started
+            eta = elapsed / self.done_runs * max(self.total_runs - self.done_runs, 0)
+            label = f"[{self.done_runs}/{self.total_runs}, ETA {int(eta // 60)}:{int(eta % 60):02d}] {label}"
+        v = result.info.get("verification")
+        if v:  # measured on the weights the run ended on (the closest to the target, with a stop)
+            ended = result.info.get("ended_on_step")
+            note += (f" → AUC {v.get('forget_vs_retrain_auc', math.nan):.3f}, Avg. Gap {v.get('avg_gap', math.nan):.4f},"
+                     f" UA {v.get('ua', math.nan):.3f}" + (f", ended on step {ended}" if ended is not None else ""))
+            self.log(f"  {label}: ρ={rho} seed={seed}{note} ({time.perf_counter() - started:.1f} s)")
+            return result
         self.log(f"  {label}: ρ={rho} seed={seed}{note} → ΔL_f {result.final('unlearn/delta_forget_loss'):+.4f}, "
                  f"−ΔL_r {result.final('unlearn/neg_delta_retain_loss'):+.4f} ({time.perf_counter() - started:.1f} s)")
         return result
@@ -184,11 +260,66 @@ class _Suite:
         self.summary["ablation"] = {"rows": rows}
 
 
+    def verification(self) -> None:
+        from lit_unlearn.callbacks import ForgettingVerification, QuotaController, StopAtTarget
+        from lit_unlearn.verification import RetrainedReference
+
+        study = self.cfg.get("verification", {})
+        target = study.get("target", "forget_vs_retrain_auc <= 0.6")
+        methods = {**self.cfg["methods"], **(study.get("extra_methods") or {})}
+        rows = []
+        for seed in self.seeds:
+            for rho in study.get("rhos", [0.0, 0.5]):
+                for method, spec in methods.items():
+                    for stop in (False, True):
+                        callbacks = [ForgettingVerification(reference=RetrainedReference(
+                            cache_dir=str(self.out / "retrained")))]
+                        if stop:
+                            callbacks.append(StopAtTarget(target, every_n_steps=int(study.get("every_n_steps", 6)),
+                                                          patience=int(study.get("patience", 2)), verbose=False))
+                            if study.get("controller") and spec["class_path"].endswith("HAMUModule"):
+                                callbacks.append(QuotaController(**study["controller"]))
+                        result = self.run(f"{method}{' (stop)' if stop else ''}", method, rho, seed,
+                                          int(study.get("epochs", self.cfg["epochs"])), callbacks=callbacks, spec=spec)
+                        v = result.info.get("verification") or {}
+                        ended = result.info.get("ended_on_step")
+                        rows.append({"method": method, "rho": rho, "seed": seed, "stop": stop,
+                                     "steps": ended if ended is not None else result.info.get("final_step"),
+                                     **{k: v.get(k, math.nan) for k in VERIFICATION_COLUMNS},
+                                     "diverged_step": result.info.get("diverged_step", ""),
+                                     "already_met": bool(result.info.get("already_met", False))})
+        _write_csv(self.out / "verification.csv", rows)
+        self.summary["verification"] = {"target": target, "rows": rows, "table": _verification_table(rows)}
+
+
+VERIFICATION_COLUMNS = ("ua", "ra", "ta", "mia_efficacy", "forget_vs_retrain_auc", "forget_vs_retrain_auc_raw",
+                        "avg_gap", "ua_retrain", "ra_retrain", "ta_retrain", "mia_efficacy_retrain",
+                        "test_other_classes_acc", "forget_loss_median", "forget_loss_median_retrain")
+
+
+def _verification_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and standard deviation over seeds of Avg. Gap and the forget-vs-retrain AUC, per method, ρ, stop."""
+    out = []
+    keys = sorted({(r["method"], r["rho"], r["stop"]) for r in rows}, key=lambda k: (k[1], list(
+        dict.fromkeys(r["method"] for r in rows)).index(k[0]), k[2]))
+    for method, rho, stop in keys:
+        mine = [r for r in rows if (r["method"], r["rho"], r["stop"]) == (method, rho, stop)]
+        entry = {"method": method, "rho": rho, "stop": stop, "runs": len(mine),
+                 "steps": float(np.mean([r["steps"] for r in mine]))}
+        for k in ("avg_gap", "forget_vs_retrain_auc", "ua", "ra", "ta", "mia_efficacy"):
+            vals = np.array([r[k] for r in mine], dtype=float)
+            entry[k], entry[f"{k}_sd"] = float(np.nanmean(vals)), float(np.nanstd(vals))
+        out.append(entry)
+    return out
+
+
 def run_suite(cfg: dict[str, Any], out_dir: str | Path | None = None, studies: Iterable[str] | None = None,
               plots: bool = True, log=print) -> dict[str, Any]:
     out = Path(out_dir or cfg.get("out_dir", "runs/experiments"))
     chosen = list(studies or cfg.get("studies", STUDIES))
     suite = _Suite(cfg, out, log)
+    log(f"{suite.plan([s for s in STUDIES if s in chosen])} unlearning runs in {', '.join(s for s in STUDIES if s in chosen)}")
+    suite.started = time.perf_counter()
     for name in STUDIES:  # fixed order: hardness reuses the trajectory runs
         if name in chosen:
             log(f"== {name} ==")
@@ -269,6 +400,18 @@ def summary_markdown(summary: dict[str, Any]) -> str:
                   f"(final {_fmt(s['final_neg_delta_retain_loss'])} after {s['total_steps']} steps).",
                   f"- the κ₂ rule would have stopped at step {s['would_stop_step']} "
                   f"({s['irreconcilable_steps']} irreconcilable steps in all).", ""]
+    if "verification" in summary:
+        v = summary["verification"]
+        lines += [f"## Verification against the retrained model (target {v['target']!r})", "",
+                  "Mean ± sd over seeds. AUC: forget-vs-retrain distinguishability (0.5 = indistinguishable).", "",
+                  "| method | ρ | stop at target | steps | Avg. Gap | AUC | UA | RA | TA | MIA-efficacy |",
+                  "|---" * 10 + "|"]
+        for r in v["table"]:
+            lines.append(f"| {r['method']} | {r['rho']} | {'yes' if r['stop'] else 'no'} | {r['steps']:.0f} | "
+                         + " | ".join(f"{r[k]:.3f} ± {r[k + '_sd']:.3f}" if k in ("avg_gap", "forget_vs_retrain_auc")
+                                      else f"{r[k]:.3f}" for k in ("avg_gap", "forget_vs_retrain_auc", "ua", "ra",
+                                                                    "ta", "mia_efficacy")) + " |")
+        lines.append("")
     if "ablation" in summary:
         lines += ["## Ablation: how the constraint is split", "",
                   "| variant | seed | ΔL_f | −ΔL_r | forget acc | retain acc | test acc |", "|---" * 7 + "|"]

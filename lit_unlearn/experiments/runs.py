@@ -13,8 +13,9 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from lit_unlearn.callbacks import KappaEarlyStopping, TrajectoryRecorder
+from lit_unlearn.callbacks import ForgettingVerification, KappaEarlyStopping, StopAtTarget, TrajectoryRecorder
 from lit_unlearn.data import ClassificationDataModule, MixtureForget, UnlearningDataModule
+from lit_unlearn.errors import UserError
 from lit_unlearn.modules import ClassifierModule
 from lit_unlearn.specs import build
 
@@ -35,6 +36,7 @@ def train_target(network_spec: dict, dataset_spec: dict, ckpt: Path, epochs: int
         return ckpt
     pl.seed_everything(seed, verbose=False)
     module = ClassifierModule(build(network_spec), lr=lr)
+    module.network_spec = network_spec  # recorded in the checkpoint's training recipe (for retrained references)
     dm = ClassificationDataModule(build(dataset_spec), batch_size=batch_size, seed=seed)
     trainer = _trainer(-1, [], ckpt.parent, max_epochs=epochs)
     trainer.fit(module, dm)
@@ -57,8 +59,10 @@ class RunResult:
 def unlearning_run(label: str, method_spec: dict, network_spec: dict, dataset_spec: dict, target_ckpt: Path,
                    forget_class: int, rho: float, forget_size: int, epochs: int, retain_batch_size: int,
                    forget_batch_size: int, seed: int = 0, kappa_stopping: dict | None = None,
-                   root: Path = Path("runs/experiments")) -> RunResult:
-    """Unlearn a ρ-mixture forget set for `epochs` epochs, validating (and recording) after each one."""
+                   root: Path = Path("runs/experiments"), callbacks: list | None = None) -> RunResult:
+    """Unlearn a ρ-mixture forget set for `epochs` epochs, validating (and recording) after each one.
+    `callbacks` are added to the run (e.g. ForgettingVerification, StopAtTarget); the verification measures
+    and the step the run ended on are returned in `info`."""
     pl.seed_everything(seed, verbose=False)
     spec = copy.deepcopy(method_spec)
     spec.setdefault("init_args", {})
@@ -68,7 +72,8 @@ def unlearning_run(label: str, method_spec: dict, network_spec: dict, dataset_sp
     dm.setup("fit")
     steps_per_epoch = len(dm.train_dataloader())
     recorder = TrajectoryRecorder()
-    callbacks: list = [recorder]
+    extra = list(callbacks or [])
+    callbacks: list = [recorder, *extra]
     stopper = None
     if kappa_stopping is not None:
         stopper = KappaEarlyStopping(verbose=False, **kappa_stopping)
@@ -80,6 +85,23 @@ def unlearning_run(label: str, method_spec: dict, network_spec: dict, dataset_sp
         trainer.fit(module, dm)
     except FloatingPointError as err:  # GA-style objectives can blow up: keep the trajectory up to there
         info.update(diverged_step=trainer.global_step, error=str(err).split(":")[0])
+    except UserError as err:  # a forget target already met by the target model: a result (no unlearning needed)
+        if "already met before unlearning" not in str(err):
+            raise
+        info.update(already_met=True)
+        module.ended_on(0, note=str(err))
     if stopper is not None:
         info.update(would_stop_step=stopper.would_stop_step, stopped_step=stopper.stopped_step)
+    if "diverged_step" in info or "already_met" in info:  # Lightning skipped the end-of-fit hooks
+        for cb in extra:
+            if isinstance(cb, StopAtTarget) and cb.history and "diverged_step" in info:
+                cb.on_train_end(trainer, module)  # end on the closest weights seen before the divergence
+        for cb in extra:
+            if isinstance(cb, ForgettingVerification) and cb.before is not None:
+                try:
+                    cb.on_fit_end(trainer, module)
+                except (FloatingPointError, ValueError):  # non-finite weights: nothing measurable
+                    pass
+    info.update(verification=module.verification, ended_on_step=module.ended_on_step,
+                final_step=trainer.global_step)
     return RunResult(label, recorder.epochs, recorder.steps, info)

@@ -94,7 +94,10 @@ def mia_efficacy(retain: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray
     if feature not in FEATURES:
         raise ValueError(f"unknown MIA feature {feature!r}; choose one of {FEATURES}")
     n = min(len(test[feature]), len(retain[feature]))
-    return svc_nonmember_fraction(retain[feature][:n], test[feature], forget[feature])
+    parts = (retain[feature][:n], test[feature], forget[feature])
+    if not all(np.isfinite(p).all() for p in parts):  # a diverged model: no attack to fit, nothing measurable
+        return float("nan")
+    return svc_nonmember_fraction(*parts)
 
 
 def roc_auc(negatives: Sequence[float], positives: Sequence[float]) -> float:

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from lit_unlearn.errors import MissingFileError, UserError
 from lit_unlearn.algorithms.losses import IGNORE_INDEX
 from lit_unlearn.batches import logits_and_labels
 from lit_unlearn.data.tofu import QAFormatter, pad_collate
@@ -32,13 +33,24 @@ from lit_unlearn.metrics.tofu_metrics import (
     ForgetQuality,
     MembershipAUC,
     NormalisedProbability,
+    ItemMean,
     RougeLRecall,
     TruthRatio,
 )
 
-__all__ = ["TofuEvaluator", "TofuReport", "HEADLINE"]
+__all__ = ["TofuEvaluator", "TofuReport", "HEADLINE", "TARGET_METRICS"]
 
 HEADLINE = ("forget_quality", "model_utility", "forget_truth_ratio", "forget/rouge", "retain/rouge")
+# A target metric (lit_unlearn.verification.targets) -> (summary key, splits to score, generate?, membership?).
+# Everything but model utility needs scoring passes only, so a stopping rule can evaluate often.
+TARGET_METRICS = {
+    "forget_quality": ("forget_quality", ("forget",), False, False),
+    "forget_truth_ratio": ("forget_truth_ratio", ("forget",), False, False),
+    "forget_prob": ("forget/prob", ("forget",), False, False),
+    "forget_loss_tofu": ("forget/nll", ("forget",), False, False),
+    "privleak": ("privleak", (), False, True),
+    "model_utility": ("model_utility", None, True, False),
+}
 KNOWLEDGE = ("real_authors", "world_facts")  # truth ratio and probability against the original answer
 MIA_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus")
 
@@ -63,13 +75,26 @@ class TofuReport:
 
 
 def _load_reference(reference: str | Path | dict | None) -> dict | None:
-    if reference is None or isinstance(reference, dict):
-        return reference
-    path = Path(reference)
-    if not path.is_file():
-        raise FileNotFoundError(f"reference evaluation {path} not found: evaluate the retain-only (retrained) model "
-                                "first and save its report (`lit-unlearn tofu-eval ... --save`)")
-    return json.loads(path.read_text())
+    if reference is None:
+        return None
+    where = "the reference" if isinstance(reference, dict) else str(reference)
+    if isinstance(reference, dict):
+        data = reference
+    else:
+        path = Path(reference)
+        if not path.is_file():
+            raise MissingFileError(f"reference evaluation {path} not found: evaluate the retain-only (retrained) "
+                                   "model first and save its report (`lit-unlearn tofu-eval ... --save`)")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise UserError(f"reference evaluation {path} is not JSON ({err.msg}); save one with "
+                            "`lit-unlearn tofu-eval ... --save`") from None
+    tr = ((data.get("per_item") or {}).get("forget") or {}).get("truth_ratio") if isinstance(data, dict) else None
+    if not tr:
+        raise UserError(f"{where} has no per-item forget truth ratios (per_item.forget.truth_ratio): it is not a "
+                        "report saved by `lit-unlearn tofu-eval --save` from data with TOFU's perturbed splits")
+    return data
 
 
 class TofuEvaluator:
@@ -77,13 +102,13 @@ class TofuEvaluator:
                  max_new_tokens: int = 200, batch_size: int = 32, reference: str | Path | dict | None = None,
                  require_reference: bool = False, min_k: float = 0.4) -> None:
         if "forget" not in eval_splits:
-            raise ValueError("the TOFU evaluation needs a 'forget' split (with perturbed answers)")
+            raise UserError("the TOFU evaluation needs a 'forget' split (with perturbed answers)")
         self.formatter = QAFormatter(tokenizer, template, max_length)
         self.tokenizer, self.splits = tokenizer, eval_splits
         self.max_new_tokens, self.batch_size, self.min_k = max_new_tokens, batch_size, min_k
         self.reference = _load_reference(reference)
         if require_reference and self.reference is None:
-            raise ValueError("require_reference=True but no reference evaluation of the retrained model was given")
+            raise UserError("require_reference=True but no reference evaluation of the retrained model was given")
         self._collate = pad_collate(tokenizer.pad_token_id)
 
     # ----- model passes -------------------------------------------------------------------------------------------
@@ -128,8 +153,20 @@ class TofuEvaluator:
         return out
 
     # ----- the evaluation -----------------------------------------------------------------------------------------
-    def run(self, network: nn.Module, device: torch.device | str | None = None) -> TofuReport:
+    def run(self, network: nn.Module, device: torch.device | str | None = None,
+            only: list[str] | None = None) -> TofuReport:
+        """The full report, or with `only` (target metric names, see TARGET_METRICS) just what they need."""
         device = device or next(network.parameters()).device
+        if only is not None:
+            unknown = [m for m in only if m not in TARGET_METRICS]
+            if unknown:
+                raise ValueError(f"unknown TOFU target metrics {unknown}; known: {sorted(TARGET_METRICS)}")
+            needs = [TARGET_METRICS[m] for m in only]
+            splits = None if any(n[1] is None for n in needs) else {x for n in needs for x in n[1]}
+            generate = any(n[2] for n in needs)
+            membership = any(n[3] for n in needs) or splits is None
+        else:
+            splits, generate, membership = None, True, True
         rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() \
             else (0, 1)
         was_training = network.training
@@ -139,17 +176,18 @@ class TofuEvaluator:
         notes: list[str] = []
         try:
             for name, rows in self.splits.items():
-                if name == "holdout":
+                if name == "holdout" or (splits is not None and name not in splits):
                     continue
                 mine = rows[rank::world]
-                per_item[name] = self._score_split(network, name, mine, device, summary, world)
-            self._membership(network, device, rank, world, summary, notes)
+                per_item[name] = self._score_split(network, name, mine, device, summary, world, generate)
+            if membership:
+                self._membership(network, device, rank, world, summary, notes)
         finally:
             network.train(was_training)
-        self._aggregate(summary, per_item, notes)
+        self._aggregate(summary, per_item, notes, partial=only is not None)
         return TofuReport(summary, per_item, notes)
 
-    def _score_split(self, network, name, rows, device, summary, world) -> dict[str, list[float]]:
+    def _score_split(self, network, name, rows, device, summary, world, generate=True) -> dict[str, list[float]]:
         has_perturbed = bool(rows) and "perturbed_answer" in rows[0]
         knowledge = name in KNOWLEDGE
         nll = self._nll(network, [(r["question"], r["answer"]) for r in rows], device)
@@ -157,7 +195,7 @@ class TofuEvaluator:
         if has_perturbed:
             k = len(rows[0]["perturbed_answer"])
             if any(len(r["perturbed_answer"]) != k for r in rows):
-                raise ValueError(f"split {name!r}: every item needs the same number of perturbed answers")
+                raise UserError(f"split {name!r}: every item needs the same number of perturbed answers")
             flat = [(r["question"], a) for r in rows for a in r["perturbed_answer"]]
             nll_pert = self._nll(network, flat, device).reshape(len(rows), k)
             correct_key = "answer" if knowledge or "paraphrased_answer" not in rows[0] else "paraphrased_answer"
@@ -174,6 +212,11 @@ class TofuEvaluator:
             prob.update(nll)
         summary[f"{name}/prob"] = prob.compute().item()
         out["prob"] = prob.per_item().tolist()
+        mean_nll = ItemMean()  # mean answer NLL, gathered over processes like the other per-item values
+        mean_nll.update(nll)
+        summary[f"{name}/nll"] = mean_nll.compute().item()
+        if not generate:
+            return out
         rouge = RougeLRecall()
         rouge.update(self._generate(network, [r["question"] for r in rows], device), [r["answer"] for r in rows])
         summary[f"{name}/rouge"] = rouge.compute().item()
@@ -199,14 +242,23 @@ class TofuEvaluator:
         for a, m in metrics.items():
             summary[f"mia/{a}_auc"] = m.compute().item()
 
-    def _aggregate(self, summary, per_item, notes) -> None:
+    def _aggregate(self, summary, per_item, notes, partial: bool = False) -> None:
         summary["forget_truth_ratio"] = summary.get("forget/truth_ratio")
         try:
             summary["model_utility"] = tofu_math.model_utility(summary)
         except KeyError as err:
             summary["model_utility"] = None
-            notes.append(f"model utility not computed: missing {err.args[0]}")
+            if not partial:
+                notes.append(f"model utility not computed: missing {err.args[0]}")
         ref = self.reference
+        if partial:
+            if ref is not None and "truth_ratio" in per_item.get("forget", {}):
+                summary["forget_quality"] = tofu_math.forget_quality(per_item["forget"]["truth_ratio"],
+                                                                     ref["per_item"]["forget"]["truth_ratio"])
+            ref_auc = (ref or {}).get("summary", {}).get("mia/min_k_auc")
+            if ref_auc is not None and summary.get("mia/min_k_auc") is not None and not math.isclose(ref_auc, 1.0):
+                summary["privleak"] = tofu_math.privleak(summary["mia/min_k_auc"], ref_auc)
+            return
         if ref is None:
             summary["forget_quality"] = None
             msg = ("forget quality not computed: no reference evaluation of the retain-only (retrained) model; "

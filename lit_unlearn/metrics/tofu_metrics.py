@@ -13,7 +13,7 @@ from torchmetrics.utilities import dim_zero_cat
 
 from lit_unlearn.metrics import tofu_math
 
-__all__ = ["PerItem", "AnswerProbability", "NormalisedProbability", "TruthRatio", "RougeLRecall",
+__all__ = ["PerItem", "ItemMean", "AnswerProbability", "NormalisedProbability", "TruthRatio", "RougeLRecall",
            "ForgetQuality", "MembershipAUC"]
 
 
@@ -48,6 +48,13 @@ class PerItem(Metric):
         if values.numel() == 0:
             raise ValueError(f"{type(self).__name__}: no items were scored")
         return values.mean()
+
+
+class ItemMean(PerItem):
+    """Mean of any per-item value (e.g. the answer NLL)."""
+
+    def update(self, values: Tensor) -> None:
+        self._add(values)
 
 
 class AnswerProbability(PerItem):

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from lit_unlearn.errors import MissingFileError, UserError
+
 __all__ = ["CausalLM", "tiny_llama_config", "LLAMA_LORA_TARGETS"]
 
 LLAMA_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -50,15 +52,20 @@ class CausalLM(nn.Module):
         from transformers import AutoConfig, AutoModelForCausalLM
 
         if (name_or_path is None) == (config is None):
-            raise ValueError("give exactly one of name_or_path (pretrained weights) or config (random init)")
+            raise UserError("give exactly one of name_or_path (pretrained weights) or config (random init)")
         if dtype not in DTYPES:
-            raise ValueError(f"dtype={dtype!r}: choose one of {sorted(DTYPES)}")
+            raise UserError(f"dtype={dtype!r}: choose one of {sorted(DTYPES)}")
         kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
         if name_or_path is not None:
-            local = Path(name_or_path)
-            if ("/" not in name_or_path or name_or_path.startswith((".", "/"))) and not local.exists():
-                raise FileNotFoundError(f"model {name_or_path!r}: no such folder, and not a hub name (owner/name)")
-            self.model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=DTYPES[dtype], **kwargs)
+            from lit_unlearn.hub import hub_error, is_hub_name, resolve_pretrained
+
+            name_or_path = resolve_pretrained(name_or_path, "model")
+            try:
+                self.model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=DTYPES[dtype], **kwargs)
+            except OSError as err:
+                if is_hub_name(name_or_path):
+                    raise hub_error("model", name_or_path, err) from err
+                raise
         else:
             cfg = dict(config)
             hf_config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)

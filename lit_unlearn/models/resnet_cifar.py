@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lit_unlearn.errors import UserError
+
 __all__ = ["CifarResNet", "resnet20"]
 
 
@@ -41,9 +43,9 @@ class CifarResNet(nn.Module):
     def __init__(self, depth: int = 20, num_classes: int = 10, in_channels: int = 3, width: int = 16) -> None:
         super().__init__()
         if depth < 8 or (depth - 2) % 6:
-            raise ValueError(f"depth must be 6n+2 with n ≥ 1 (8, 14, 20, 32, 44, 56, 110); got {depth}")
+            raise UserError(f"depth must be 6n+2 with n ≥ 1 (8, 14, 20, 32, 44, 56, 110); got {depth}")
         if num_classes < 2:
-            raise ValueError(f"num_classes must be ≥ 2, got {num_classes}")
+            raise UserError(f"num_classes must be ≥ 2, got {num_classes}")
         n = (depth - 2) // 6
         self.conv1 = nn.Conv2d(in_channels, width, 3, stride=1, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(width)

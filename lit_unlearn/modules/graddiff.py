@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from lit_unlearn.errors import UserError
 from lit_unlearn.algorithms import combine_into
 from lit_unlearn.modules.unlearning import UnlearningModule
 
@@ -19,7 +20,7 @@ class GradDiffModule(UnlearningModule):
                  log_every_n_steps: int | None = None) -> None:
         super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
         if lr <= 0:
-            raise ValueError(f"lr must be positive, got {lr}")
+            raise UserError(f"lr must be positive, got {lr}")
         self.save_hyperparameters(ignore=["network"])
         self.lr, self.retain_weight, self.forget_weight = lr, retain_weight, forget_weight
 

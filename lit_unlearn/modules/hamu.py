@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from lit_unlearn.errors import UserError
 from lit_unlearn.algorithms import (
     GROUPINGS,
     INFEASIBLE_POLICIES,
@@ -90,19 +91,19 @@ class HAMUModule(UnlearningModule):
         """
         super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
         if variant not in ("Q", "U"):
-            raise ValueError(f"variant={variant!r}: choose 'Q' or 'U'")
+            raise UserError(f"variant={variant!r}: choose 'Q' or 'U'")
         if grouping not in GROUPINGS:
-            raise ValueError(f"grouping={grouping!r}: choose one of {GROUPINGS}")
+            raise UserError(f"grouping={grouping!r}: choose one of {GROUPINGS}")
         if allocation not in QUOTA_ALLOCATIONS:
-            raise ValueError(f"allocation={allocation!r}: choose one of {QUOTA_ALLOCATIONS}")
+            raise UserError(f"allocation={allocation!r}: choose one of {QUOTA_ALLOCATIONS}")
         if infeasible not in INFEASIBLE_POLICIES:
-            raise ValueError(f"infeasible={infeasible!r}: choose one of {INFEASIBLE_POLICIES}")
+            raise UserError(f"infeasible={infeasible!r}: choose one of {INFEASIBLE_POLICIES}")
         if quota_units not in QUOTA_UNITS:
-            raise ValueError(f"quota_units={quota_units!r}: choose one of {QUOTA_UNITS}")
+            raise UserError(f"quota_units={quota_units!r}: choose one of {QUOTA_UNITS}")
         if not (eta > 0 and math.isfinite(eta)):
-            raise ValueError(f"eta must be positive and finite, got {eta}")
+            raise UserError(f"eta must be positive and finite, got {eta}")
         if not (quota >= 0 and math.isfinite(quota)):
-            raise ValueError(f"quota must be ≥ 0 and finite, got {quota}")
+            raise UserError(f"quota must be ≥ 0 and finite, got {quota}")
         if quota >= eta and quota_units == "clipped":
             # With clipped gradients the largest reachable first-order gain per step is η·Σ‖g_r⁽ⁱ⁾‖‖g_f⁽ⁱ⁾‖ ≤ η.
             warnings.warn(f"quota={quota} ≥ eta={eta}: the quota can never be met after clipping (needs Q < η); "
@@ -165,6 +166,8 @@ class HAMUModule(UnlearningModule):
     def step_controls(self, loss_r: Tensor, loss_f: Tensor, rr: Tensor, ff: Tensor, rf: Tensor) -> tuple[float, float]:
         """This step's (total quota in clipped units, η): the policy's, or (`quota` in its units, `eta`)."""
         if self.quota_policy is not None:
+            # The policy must see the global batch's losses: every process has to choose the same Q_t and η_t.
+            loss_r, loss_f = self.global_mean(loss_r.detach()), self.global_mean(loss_f.detach())
             quota, eta = self.quota_policy(QuotaRequest(
                 step=self.global_step, loss_forget=loss_f.item(), loss_retain=loss_r.item(), rr=rr, ff=ff, rf=rf,
                 eta=self.eta, allocation=self.allocation, clip_norm=self.clip_norm, variant=self.variant))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from lit_unlearn.errors import UserError
 from lit_unlearn.algorithms.losses import npo_loss, sequence_logprob
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
 
@@ -28,7 +29,7 @@ class NPOModule(ObjectiveUnlearningModule):
         super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
                          log_every_n_steps)
         if beta <= 0:
-            raise ValueError(f"NPO needs beta > 0, got {beta}")
+            raise UserError(f"NPO needs beta > 0, got {beta}")
         self.beta, self.forget_weight, self.retain_weight = beta, forget_weight, retain_weight
 
     def objective(self, retain_batch, forget_batch):

@@ -14,6 +14,7 @@ import copy
 import torch
 from torch import Tensor, nn
 
+from lit_unlearn.errors import UserError
 from lit_unlearn.modules.unlearning import UnlearningModule
 
 __all__ = ["OPTIMIZERS", "ObjectiveUnlearningModule"]
@@ -35,9 +36,9 @@ class ObjectiveUnlearningModule(UnlearningModule):
         """
         super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
         if not lr > 0:
-            raise ValueError(f"lr must be positive, got {lr}")
+            raise UserError(f"lr must be positive, got {lr}")
         if optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer={optimizer!r}: choose one of {OPTIMIZERS}")
+            raise UserError(f"optimizer={optimizer!r}: choose one of {OPTIMIZERS}")
         self.save_hyperparameters(ignore=["network"])  # collects a subclass's own arguments too
         self.lr, self.optimizer_name, self.momentum, self.weight_decay = lr, optimizer, momentum, weight_decay
         self._reference: nn.Module | None = None

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from lit_unlearn.errors import UserError
 from lit_unlearn.algorithms.ofmu import HVP_MODES, fd_hvp, norm, phi_gradient_autograd, phi_gradient_fd
 from lit_unlearn.modules.unlearning import UnlearningModule
 
@@ -65,20 +66,20 @@ class OFMUModule(UnlearningModule):
         """
         super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
         if inner_steps < 0:
-            raise ValueError(f"inner_steps must be ≥ 0, got {inner_steps}")
+            raise UserError(f"inner_steps must be ≥ 0, got {inner_steps}")
         if hvp not in HVP_MODES:
-            raise ValueError(f"hvp={hvp!r}: choose one of {HVP_MODES}")
+            raise UserError(f"hvp={hvp!r}: choose one of {HVP_MODES}")
         for name, value in (("inner_lr", inner_lr), ("outer_lr", outer_lr), ("fd_step", fd_step)):
             if not (value > 0 and math.isfinite(value)):
-                raise ValueError(f"{name} must be positive and finite, got {value}")
+                raise UserError(f"{name} must be positive and finite, got {value}")
         if rho < 0 or beta < 0:
-            raise ValueError(f"rho and beta must be ≥ 0, got rho={rho}, beta={beta}")
+            raise UserError(f"rho and beta must be ≥ 0, got rho={rho}, beta={beta}")
         self.save_hyperparameters(ignore=["network"])
         self.inner_steps, self.inner_lr, self.beta, self.outer_lr = inner_steps, inner_lr, beta, outer_lr
         self.rho, self.hvp, self.fd_step, self.stationarity_tol = rho, hvp, fd_step, stationarity_tol
         for name, value in (("inner_clip_norm", inner_clip_norm), ("outer_clip_norm", outer_clip_norm)):
             if value is not None and not value > 0:
-                raise ValueError(f"{name} must be positive or None, got {value}")
+                raise UserError(f"{name} must be positive or None, got {value}")
         self.inner_clip_norm, self.outer_clip_norm = inner_clip_norm, outer_clip_norm
         self.stationary_at: int | None = None
 
@@ -86,11 +87,11 @@ class OFMUModule(UnlearningModule):
         super().setup(stage)
         world = self.trainer.world_size if self._trainer is not None else 1
         if self.zero_stage:
-            raise ValueError("OFMU moves the weights between gradient evaluations (inner steps, finite "
+            raise UserError("OFMU moves the weights between gradient evaluations (inner steps, finite "
                              "differences), which needs whole parameters: it is not supported under DeepSpeed ZeRO. "
                              "Use one process or DDP (hvp='finite_difference').")
         if world > 1 and self.hvp == "autograd":
-            raise ValueError("hvp='autograd' differentiates per-process gradient graphs, which data parallelism "
+            raise UserError("hvp='autograd' differentiates per-process gradient graphs, which data parallelism "
                              "does not synchronise: use hvp='finite_difference' with more than one process")
 
     # ----- ∇Φ at the current weights ---------------------------------------------------------------------------------

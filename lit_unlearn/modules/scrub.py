@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from lit_unlearn.errors import UserError
 from lit_unlearn.algorithms.losses import kl_to_reference, mean_nll
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
 
@@ -32,9 +33,9 @@ class SCRUBModule(ObjectiveUnlearningModule):
         super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
                          log_every_n_steps)
         if schedule not in SCHEDULES:
-            raise ValueError(f"schedule={schedule!r}: choose one of {SCHEDULES}")
+            raise UserError(f"schedule={schedule!r}: choose one of {SCHEDULES}")
         if max_phase_steps < 0:
-            raise ValueError(f"max_phase_steps must be ≥ 0, got {max_phase_steps}")
+            raise UserError(f"max_phase_steps must be ≥ 0, got {max_phase_steps}")
         self.schedule, self.max_phase_steps = schedule, max_phase_steps
         self.alpha, self.gamma, self.forget_weight = alpha, gamma, forget_weight
 

@@ -19,11 +19,13 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
+from lit_unlearn.errors import UserError
 from lit_unlearn.algorithms.losses import IGNORE_INDEX, mean_nll
 from lit_unlearn.batches import is_token_batch, logits_and_labels
 from lit_unlearn.checkpoints import load_network_weights
 from lit_unlearn.distributed.sharded_grads import all_reduce_sum, read_local_grads, write_local_grads, zero_stage
 from lit_unlearn.console import say
+from lit_unlearn.tensorboard import log_scalars
 from lit_unlearn.reporting import (
     evaluate_splits,
     per_sample_stats,
@@ -77,6 +79,7 @@ class UnlearningModule(pl.LightningModule):
         self.verification: dict | None = None
         self.ended_on_step: int | None = None
         self.report_notes: list[str] = []
+        self.history: list[dict[str, float]] = []  # every evaluation of the eval sets: before, then each validation
 
     # ----- hooks a subclass may override -------------------------------------------------------------------------
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float | Tensor]:
@@ -159,6 +162,16 @@ class UnlearningModule(pl.LightningModule):
         """Statistics computed on gradient slices → the statistics of the whole gradients (identity unsharded)."""
         return all_reduce_sum(t, self.zero_stage)
 
+    def global_mean(self, value: Tensor) -> Tensor:
+        """The mean of a per-process scalar over all processes (the global batch's value of a batch-mean loss: the
+        local losses are rescaled in `compute_loss` so that their average is the global mean)."""
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if world > 1 and dist.is_available() and dist.is_initialized():
+            value = value.detach().clone().to(torch.float64)
+            dist.all_reduce(value)
+            value = value / world
+        return value
+
     def should_compute_diagnostics(self) -> bool:
         every = self._log_every or (self.trainer.log_every_n_steps if self._trainer is not None else 1) or 1
         return self.global_step % every == 0
@@ -191,7 +204,7 @@ class UnlearningModule(pl.LightningModule):
         self._params = [p for _, p in self.trainable_named_parameters]
         self.zero_stage = zero_stage(self.trainer.strategy) if self._trainer is not None else 0
         if not self._params:
-            raise ValueError("the network has no trainable parameters: nothing to unlearn")
+            raise UserError("the network has no trainable parameters: nothing to unlearn")
         dm = self.trainer.datamodule if self._trainer is not None else None
         names = getattr(dm, "eval_split_names", [])
         for name in names:
@@ -207,11 +220,15 @@ class UnlearningModule(pl.LightningModule):
 
     def training_step(self, batch, batch_idx: int):
         if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
-            raise TypeError("unlearning trainers expect (retain_batch, forget_batch) pairs: use a PairedDataModule")
+            raise UserError("unlearning trainers expect (retain_batch, forget_batch) pairs: use a PairedDataModule")
         retain_batch, forget_batch = batch
         logs = self.unlearning_step(retain_batch, forget_batch)
         if logs:
-            self.log_dict({k: float(v) for k, v in logs.items()}, on_step=True, on_epoch=False, prog_bar=False)
+            shown = {k: float(v) for k, v in logs.items() if k in ("train/forget_loss", "train/retain_loss")}
+            rest = {k: float(v) for k, v in logs.items() if k not in shown}
+            self.log_dict(shown, on_step=True, on_epoch=False, prog_bar=True)  # in the progress bar too
+            if rest:
+                self.log_dict(rest, on_step=True, on_epoch=False, prog_bar=False)
 
     def _eval_loaders(self):
         dm = self.trainer.datamodule
@@ -224,6 +241,11 @@ class UnlearningModule(pl.LightningModule):
             self.initial_eval = evaluate_splits(self.network, self._eval_loaders(), self.device)
             for split, vals in self.initial_eval.items():
                 self.print_once(f"before unlearning: {split}: loss {vals['loss']:.4f} acc {vals['acc']:.4f}")
+            if self.initial_eval:  # step 0 of every validation curve: where unlearning starts
+                row = {f"val/{split}_{k}": v[k] for split, v in self.initial_eval.items() for k in ("loss", "acc")}
+                row.update({"unlearn/delta_forget_loss": 0.0, "unlearn/neg_delta_retain_loss": 0.0})
+                self.history.append({"step": 0.0, **row})
+                log_scalars(self.trainer, row, step=0)
         # Lightning does not call .train() when fitting starts (and the evaluation above restored the modes):
         # freeze here; validation loops restore per-module modes afterwards, so this holds for the whole fit.
         self._freeze_batchnorm()
@@ -252,6 +274,8 @@ class UnlearningModule(pl.LightningModule):
                 values["unlearn/neg_delta_retain_loss"] = self.initial_eval["retain"]["loss"] - values["val/retain_loss"]
         # No DDP sync needed: MeanMetric.compute() already reduces across processes.
         self.log_dict(values, on_epoch=True, add_dataloader_idx=False)
+        if values and not self.trainer.sanity_checking:
+            self.history.append({"step": float(self.global_step), **{k: float(v) for k, v in values.items()}})
 
     # ----- what callbacks add to the report ----------------------------------------------------------------------------
     def report_verification(self, before: dict, after: dict, retrain: dict | None,
@@ -292,11 +316,38 @@ class UnlearningModule(pl.LightningModule):
                 extra["verification"] = {k: v for k, v in self.verification.items() if k != "table"}
             path = write_results(rows, folder, extra=extra, verification=table, notes=self.report_notes)
             ended = "" if self.ended_on_step in (None, self.global_step) else f", ended on step {self.ended_on_step}"
-            say(f"\n{type(self).__name__} after {self.global_step} steps{ended}\n"
-                f"{results_markdown(rows, table, self.report_notes)}\n(written to {path})")
+            markdown = results_markdown(rows, table, self.report_notes)
+            say(f"\n{type(self).__name__} after {self.global_step} steps{ended}\n{markdown}\n(written to {path})")
+            self._report_to_tensorboard(markdown, rows, folder)
+
+    def _report_to_tensorboard(self, markdown: str, rows: list[dict], folder) -> None:
+        """The results table as text, the trajectory as an image (also trajectory.png), hparams with the final
+        metrics."""
+        from pathlib import Path
+
+        from lit_unlearn.tensorboard import log_figure, log_final_hparams, log_text
+        from lit_unlearn.trajectory_plot import trajectory_figure
+
+        step = self.global_step
+        log_text(self.trainer, "results", markdown, step)
+        figure = trajectory_figure(self.history, self.ended_on_step, title=f"{type(self).__name__}")
+        if figure is not None:
+            figure.savefig(Path(folder) / "trajectory.png", dpi=110)
+            log_figure(self.trainer, "trajectory", figure, step)
+            import matplotlib.pyplot as plt
+
+            plt.close(figure)
+        final = {f"final/{r['split']}_{k}": r[f"{k}_after"] for r in rows for k in ("loss", "acc")}
+        for key in ("ua", "ra", "ta", "mia_efficacy", "avg_gap", "forget_vs_retrain_auc"):
+            if (self.verification or {}).get(key) is not None:
+                final[f"final/{key}"] = self.verification[key]
+        final["final/ended_on_step"] = float(step if self.ended_on_step is None else self.ended_on_step)
+        log_final_hparams(self.trainer, {"method": type(self).__name__, **dict(self.hparams)}, final)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["unlearning_initial_eval"] = self.initial_eval
+        checkpoint["unlearning_history"] = self.history
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.initial_eval = checkpoint.get("unlearning_initial_eval")
+        self.history = list(checkpoint.get("unlearning_history") or [])

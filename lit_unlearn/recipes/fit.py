@@ -38,17 +38,17 @@ def add_target(trainer, target: str) -> None:
     from lightning.pytorch.callbacks import Checkpoint
 
     from lit_unlearn.callbacks import ForgettingVerification, StopAtTarget
-    from lit_unlearn.verification import ForgetTarget
+    from lit_unlearn.verification.targets import parse_targets
 
-    parsed = ForgetTarget.parse(target)
+    parts = parse_targets(target)
     callbacks = trainer.callbacks
     stopper = next((cb for cb in callbacks if isinstance(cb, StopAtTarget)), None)
     at = next((i for i, cb in enumerate(callbacks) if isinstance(cb, Checkpoint)), len(callbacks))
     if stopper is not None:
-        stopper.target = parsed
+        stopper.target = target
         return
     new = [StopAtTarget(target)]
-    if parsed.needs_reference and parsed.info.kind == "classifier" and \
+    if any(p.needs_reference for p in parts) and parts[0].info.kind == "classifier" and \
             not any(isinstance(cb, ForgettingVerification) for cb in callbacks):
         new.insert(0, ForgettingVerification())
     callbacks[at:at] = new  # before the checkpoint callbacks: the closest weights are restored before they save
@@ -72,8 +72,30 @@ def build_run(argv: list[str], default_preset: str):
     return cli, cli.config.get("ckpt_path")
 
 
+def resolve_checkpoint(trainer, ckpt_path: str | None) -> str | None:
+    """'last' → this run's latest checkpoint (an error when there is none); a path must exist."""
+    from pathlib import Path
+
+    from lit_unlearn.console import say
+    from lit_unlearn.errors import MissingFileError
+
+    if ckpt_path is None:
+        return None
+    if ckpt_path == "last":
+        folder = getattr(trainer.checkpoint_callback, "dirpath", None)
+        last = Path(folder) / "last.ckpt" if folder else None
+        if last is None or not last.exists():
+            raise MissingFileError(f"--ckpt_path last: no checkpoint to resume in {folder or 'this run'}; "
+                                   "start without --ckpt_path")
+        ckpt_path = str(last)
+    elif not Path(ckpt_path).exists():
+        raise MissingFileError(f"--ckpt_path {ckpt_path}: no such checkpoint")
+    say(f"resuming from {ckpt_path}")
+    return ckpt_path
+
+
 def fit_run(cli, ckpt_path: str | None = None):
-    cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt_path)
+    cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=resolve_checkpoint(cli.trainer, ckpt_path))
     return cli
 
 

@@ -71,9 +71,9 @@ def prepare_tofu_assets(out: str | Path = "runs/tofu", fresh: bool = False, epoc
         write_tofu_json(paths["data"], seed=seed)
     if not (paths["tokenizer"] / "tokenizer.json").is_file():
         train_bpe_tokenizer(_corpus(paths["data"]), paths["tokenizer"], vocab_size=512)
-    from transformers import AutoTokenizer
+    from lit_unlearn.data.tokenizer import load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(paths["tokenizer"]))
+    tokenizer = load_tokenizer(str(paths["tokenizer"]))
     source = TofuSource(str(paths["data"]), forget_level)
     _, retain_split = FORGET_SPLITS[forget_level]
     knowledge = ("real_authors", "world_facts")
@@ -96,20 +96,42 @@ def prepare_tofu_assets(out: str | Path = "runs/tofu", fresh: bool = False, epoc
     return paths
 
 
-def run_tofu_demo(argv: list[str]) -> None:
-    from lit_unlearn.cli import UnlearnCLI, _with_preset
+HELP = """usage: lit-unlearn tofu-demo [--preset NAME] [--fresh] [--target TARGET] [--KEY=VALUE ...]
 
+The offline TOFU job (about 1.5 minutes on CPU): a generated fictitious-author QA set in TOFU's format, a tokenizer
+trained on it, a tiny Llama fine-tuned on everything (the target) and on the retain split (the retain-only
+reference, evaluated once so forget quality can be computed), then unlearning of forget10 with the TOFU table
+before and after. Everything goes under runs/tofu; steps already done are reused (--fresh redoes them).
+
+options:
+  --preset NAME      the unlearning config (default tofu_tiny_hamu; tofu_tiny_{ga,graddiff,kl,npo,ft,ofmu})
+  --fresh            regenerate the data, tokenizer, target and reference
+  --target TARGET    stop at a TOFU target, e.g. "forget_quality >= 0.1" (scored every few steps, no generation)
+  --KEY=VALUE        LightningCLI overrides, e.g. --trainer.max_steps=40
+"""
+
+
+def run_tofu_demo(argv: list[str]) -> None:
+    from lit_unlearn.console import say
+    from lit_unlearn.errors import UserError
+    from lit_unlearn.recipes.fit import build_run, fit_run
+
+    if any(a in ("-h", "--help") for a in argv):
+        print(HELP)
+        return
     out, fresh, preset, rest = "runs/tofu", False, "tofu_tiny_hamu", []  # the packaged configs point here
     i = 0
     while i < len(argv):
         if argv[i] == "--fresh":
             fresh, i = True, i + 1
         elif argv[i] == "--preset":
+            if i + 1 >= len(argv):
+                raise UserError("--preset needs a config name, e.g. tofu_tiny_npo")
             preset, i = argv[i + 1], i + 2
         else:
             rest.append(argv[i])
             i += 1
-    prepare_tofu_assets(out, fresh)
-    print(f"== unlearning forget10 with {preset} ==", flush=True)
-    UnlearnCLI(args=_with_preset(rest, preset))
-    print(f"TensorBoard: tensorboard --logdir {out}", flush=True)
+    prepare_tofu_assets(out, fresh, log=say)
+    say(f"== unlearning forget10 with {preset} ==")
+    fit_run(*build_run(["--preset", preset, *rest], preset))
+    say(f"TensorBoard: tensorboard --logdir {out}")

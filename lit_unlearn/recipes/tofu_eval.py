@@ -35,10 +35,9 @@ def main(argv: list[str]) -> None:
     p.add_argument("--device", default="cuda" if _cuda() else "cpu")
     args = p.parse_args(argv)
 
-    from transformers import AutoTokenizer
-
     from lit_unlearn.checkpoints import load_network_weights
     from lit_unlearn.data import TofuSource
+    from lit_unlearn.data.tokenizer import load_tokenizer
     from lit_unlearn.metrics import TofuEvaluator
     from lit_unlearn.models import CausalLM
 
@@ -51,9 +50,7 @@ def main(argv: list[str]) -> None:
     else:
         network = CausalLM(name_or_path=args.model, dtype=args.dtype)
         tokenizer_path = args.tokenizer or args.model
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(tokenizer_path)
     network.to(args.device)
     source = TofuSource(args.data, args.forget_level)
     report = TofuEvaluator(tokenizer, source.eval_splits(), template=args.template, max_new_tokens=args.max_new_tokens,

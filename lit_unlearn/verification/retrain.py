@@ -49,36 +49,59 @@ def preserved_rng() -> Iterator[None]:
 
 
 def train_classifier(recipe: TrainingRecipe, dataset, forget=None, network_spec: dict | None = None,
-                     save_to: str | Path | None = None, progress: bool = False):
+                     save_to: str | Path | None = None, progress: bool = False, device: str | torch.device = "cpu"):
     """Train a classifier with `recipe` on `dataset`'s training split (minus `forget`, when given), exactly as
-    `lit-unlearn pretrain` does: seed_everything(seed), build the network, AdamW, seeded shuffling."""
-    import lightning.pytorch as pl
+    `lit-unlearn pretrain` does (seed_everything(seed), build the network, AdamW, seeded shuffling, one optimizer
+    step per batch), as a plain loop: it runs inside any process, also one rank of a distributed run, without
+    starting a second Trainer. Returns the trained SupervisedModule (its `network` is the model)."""
+    from lightning.fabric.utilities.seed import seed_everything
 
     from lit_unlearn.data.datamodules import ClassificationDataModule
     from lit_unlearn.modules.classifier import SupervisedModule
+    from lit_unlearn.algorithms.losses import mean_nll
+    from lit_unlearn.batches import logits_and_labels
 
     spec = recipe.network or network_spec
     if spec is None:
         raise UserError("the training recipe does not say which network to build: give recipe.network "
                         "(class_path/init_args) or train the target with `lit-unlearn pretrain`")
-    pl.seed_everything(recipe.seed, verbose=False)
+    seed_everything(recipe.seed, verbose=False)
     module = SupervisedModule(build(spec), lr=recipe.lr, weight_decay=recipe.weight_decay)
     module.network_spec = spec
     dm = ClassificationDataModule(dataset, batch_size=recipe.batch_size, seed=recipe.data_seed, forget=forget)
-    from lit_unlearn.callbacks.step_progress import StepProgressBar
-
-    trainer = pl.Trainer(max_epochs=recipe.epochs, logger=False, enable_checkpointing=False,
-                         callbacks=[StepProgressBar()] if progress else [],
-                         enable_model_summary=False, enable_progress_bar=progress, num_sanity_val_steps=0,
-                         accelerator="auto", devices=1, default_root_dir=str(Path(save_to).parent) if save_to else None)
-    trainer.fit(module, dm)
+    dm.setup("fit")
+    network = module.network.to(device).train()
+    optimizer = module.configure_optimizers()
+    loader = dm.train_dataloader()
+    bar = _progress(progress, recipe.epochs * len(loader))
+    for _ in range(recipe.epochs):
+        for batch in loader:
+            optimizer.zero_grad()
+            loss = mean_nll(*logits_and_labels(network, [t.to(device) for t in batch]))
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"retraining diverged (loss {loss.item()}): check the recipe's lr")
+            loss.backward()
+            optimizer.step()
+            bar.update(1)
+    bar.close()
+    network.eval()
     if save_to is not None:
         save_to = Path(save_to)
         save_to.parent.mkdir(parents=True, exist_ok=True)
         tmp = save_to.with_name(save_to.name + ".tmp")
-        trainer.save_checkpoint(str(tmp))
+        torch.save({"state_dict": {f"network.{k}": v.cpu() for k, v in network.state_dict().items()},
+                    "training_recipe": {**recipe.as_dict(), "network": spec}}, tmp)
         os.replace(tmp, save_to)  # atomic: a killed retrain never leaves a half-written reference in the cache
-    return module, trainer
+    return module
+
+
+def _progress(enabled: bool, total: int):
+    import sys
+
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="retraining", disable=not (enabled and sys.stdout.isatty()), leave=False,
+                file=sys.stdout)
 
 
 class RetrainedReference:
@@ -123,7 +146,8 @@ class RetrainedReference:
 
     # ----- the reference model -------------------------------------------------------------------------------------
     def load(self, network: nn.Module, *, target_ckpt: str | None, network_spec: dict | None, dataset, forget,
-             forget_indices: np.ndarray, n_train: int, log: Callable[[str], None] = print) -> nn.Module:
+             forget_indices: np.ndarray, n_train: int, log: Callable[[str], None] = print,
+             device: str | torch.device = "cpu") -> nn.Module:
         """The retrained model, as a network of the same architecture as `network` (which is not modified)."""
         import copy
 
@@ -146,7 +170,8 @@ class RetrainedReference:
                 f"cached at {folder}")
             started = time.perf_counter()
             with preserved_rng():
-                train_classifier(recipe, dataset, forget, network_spec=network_spec, save_to=path, progress=True)
+                train_classifier(recipe, dataset, forget, network_spec=network_spec, save_to=path, progress=True,
+                                 device=device)
             (folder / "reference.json").write_text(json.dumps({
                 "recipe": recipe.as_dict(), "dataset": describe(dataset), "forget": describe(forget),
                 "n_forget": int(len(forget_indices)), "n_train": int(n_train),

@@ -1,0 +1,127 @@
+"""User errors through the real command line: a few lines on stderr, no traceback, exit code 2, and what to do.
+Also: every command's --help answers fast and writes nothing, and a failed run leaves nothing behind."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--model.init_args.network.init_args.depth=8"]
+
+
+def run(args, cwd, env, timeout=600):
+    return subprocess.run([sys.executable, "-m", "lit_unlearn.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def assert_user_error(proc, *needles):
+    err = proc.stderr.strip()
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], err[-3000:])
+    assert "Traceback" not in err and "Traceback" not in proc.stdout, err[-3000:]
+    assert len(err.splitlines()) <= 3, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    import os
+
+    cwd = tmp_path_factory.mktemp("target")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = run(["pretrain", "--trainer.max_epochs=1", *TINY], cwd, env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return cwd / "runs/digits/target/checkpoints/last.ckpt"
+
+
+@pytest.fixture(scope="module")
+def tofu_assets(tmp_path_factory):
+    from lit_unlearn.data import generate_fictitious_tofu, train_bpe_tokenizer, write_tofu_json
+    from lit_unlearn.models import CausalLM, tiny_llama_config
+
+    root = tmp_path_factory.mktemp("tofu")
+    write_tofu_json(root / "data", n_authors=10, n_questions=2, seed=0)
+    splits = generate_fictitious_tofu(n_authors=10, n_questions=2, seed=0)
+    tok = train_bpe_tokenizer([r["question"] + " " + r["answer"] for rows in splits.values() for r in rows],
+                              root / "model", vocab_size=300)
+    CausalLM(config=tiny_llama_config(vocab_size=len(tok), hidden_size=16, layers=1, intermediate_size=32),
+             seed=0).save_pretrained(root / "model")
+    return root
+
+
+@pytest.mark.parametrize("case", [
+    ("forget class 42", ["--data.init_args.forget.init_args.forget_class=42"], ["forget_class=42", "classes present"]),
+    ("overlapping split", ["--data.init_args.forget=lit_unlearn.data.IndexForget",
+                           "--data.init_args.forget.init_args.forget=[0,1]",
+                           "--data.init_args.forget.init_args.retain=[1,2]"], ["both the forget and the retain"]),
+    ("eta < 0", ["--model.init_args.eta=-1"], ["eta must be positive"]),
+    ("another architecture", ["--model.init_args.network.init_args.depth=14"], ["Configure the same architecture"]),
+    ("RandomForget 1.0", ["--data.init_args.forget=lit_unlearn.data.RandomForget",
+                          "--data.init_args.forget.init_args.fraction=1.0"], ["fraction must be in (0, 1)"]),
+    ("unknown target metric", ["--target", "forget_accc <= 0.1"], ["did you mean 'forget_acc'"]),
+    ("target met at step 0", ["--target", "retain_acc >= 0.5"], ["already met before unlearning"]),
+    ("unknown key", ["--trainer.max_stepz=3"], ["max_stepz"]),
+], ids=lambda c: c[0])
+def test_bad_unlearning_inputs_are_one_message(case, target, tmp_path, subprocess_env):
+    _, args, needles = case
+    depth = [] if "another architecture" in case[0] else TINY
+    proc = run(["unlearn", f"--model.init_args.target_ckpt={target}", *depth, *args], tmp_path, subprocess_env)
+    assert_user_error(proc, *needles)
+    assert not (tmp_path / "runs/digits/hamu").exists() or not any(
+        (tmp_path / "runs/digits/hamu").rglob("results.json")), "a failed run left a result behind"
+
+
+def test_missing_target_and_relative_target_without_reference(tmp_path, target, subprocess_env):
+    assert_user_error(run(["unlearn", "--model.init_args.target_ckpt=missing/last.ckpt", *TINY], tmp_path,
+                          subprocess_env), "lit-unlearn pretrain")
+    config = tmp_path / "ga.yaml"
+    config.write_text("trainer:\n  callbacks:\n    - class_path: lit_unlearn.callbacks.StopAtTarget\n"
+                      "      init_args: {target: 'ua within 0.05 of retrain'}\n")
+    assert_user_error(run(["unlearn", "--preset", "digits_ga", "--config", str(config),
+                           f"--model.init_args.target_ckpt={target}", *TINY], tmp_path, subprocess_env),
+                      "ForgettingVerification")
+
+
+def test_experiment_config_typo_and_tofu_data_errors(tmp_path, tofu_assets, subprocess_env):
+    bad = tmp_path / "suite.yaml"
+    from lit_unlearn.packaged_configs import packaged_config
+
+    bad.write_text(open(packaged_config("claims_digits")).read().replace("epochs: 10", "epochz: 10"))
+    assert_user_error(run(["experiment", "--config", str(bad)], tmp_path, subprocess_env),
+                      "unknown key 'epochz'", "did you mean 'epochs'")
+    model, data = tofu_assets / "model", tofu_assets / "data"
+    assert_user_error(run(["tofu-eval", "--model", str(model), "--tokenizer", "nowhere/tok/en", "--data", str(data)],
+                          tmp_path, subprocess_env), "tokenizer 'nowhere/tok/en': no such folder")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for f in data.iterdir():
+        rows = json.loads(f.read_text())
+        if f.name == "forget10_perturbed.json":
+            rows = [{k: v for k, v in r.items() if k != "perturbed_answer"} for r in rows]
+        (broken / f.name).write_text(json.dumps(rows))
+    started = time.perf_counter()
+    assert_user_error(run(["tofu-eval", "--model", str(model), "--data", str(broken)], tmp_path, subprocess_env),
+                      "no column(s) ['perturbed_answer']", "forget")
+    not_a_report = tmp_path / "ref.json"
+    not_a_report.write_text("{}")
+    assert_user_error(run(["tofu-eval", "--model", str(model), "--data", str(data), "--reference",
+                           str(not_a_report)], tmp_path, subprocess_env), "per-item forget truth ratios")
+    assert time.perf_counter() - started < 120  # refused before any evaluation work
+
+
+def test_help_everywhere_is_fast_and_writes_nothing(tmp_path, subprocess_env):
+    from lit_unlearn.cli import COMMANDS
+
+    for args in (["--help"], *[[name, "--help"] for name in COMMANDS]):
+        started = time.perf_counter()
+        proc = run(args, tmp_path, subprocess_env, timeout=60)
+        assert proc.returncode == 0, (args, proc.stderr[-2000:])
+        assert "usage" in proc.stdout.lower(), args
+        assert time.perf_counter() - started < 30, args
+    assert not any(tmp_path.iterdir()), list(tmp_path.iterdir())  # no run folder, no cache, no file
+    top = run(["--help"], tmp_path, subprocess_env).stdout
+    assert all(name in top for name in COMMANDS) and "digits_hamu" in top  # commands and presets listed
