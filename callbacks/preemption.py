@@ -1,0 +1,128 @@
+"""Pre-emption (SIGUSR1, SIGTERM) honoured at the next step boundary, with a checkpoint that is consistent.
+
+A signal handler runs between Python bytecodes, anywhere inside a step: after the data loader has handed out
+batch k+1 and before the update, inside a backward pass, inside a checkpoint write. Lightning's SLURM handler
+saves its hpc checkpoint right there, recording global_step k with the data stream already at k+1 (a resume
+then replays a different batch). Here the handler only records the signal; at the end of the step in progress
+(after the update and the periodic checkpoints of that step), the callback:
+
+1. agrees across processes that a signal came (one all_reduce of a flag per step under data parallelism);
+2. saves `hpc_ckpt_N.ckpt` in the run's folder: weights, optimizer, data position, callback states and the
+   random-number generators, all of the same step;
+3. asks SLURM to requeue the job (`scontrol requeue $SLURM_JOB_ID`) when it runs under SLURM;
+4. ends training with `Preempted`: the command line prints "interrupted at step N; resume with ..." and exits
+   with 128 + the signal number. A requeued job relaunching the same command resumes that run by itself.
+
+The random-number generators (Python, NumPy, torch) are part of every checkpoint this callback sees saved, and
+are restored on resume. Install it through the command line (it is added to every `lit-unlearn` training run).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from lit_unlearn.console import say
+
+__all__ = ["Preemption", "Preempted", "PREEMPTION_SIGNALS"]
+
+PREEMPTION_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+
+class Preempted(SystemExit):
+    """Training stopped at a step boundary because of a pre-emption signal (a consistent checkpoint exists)."""
+
+    def __init__(self, signum: int, step: int, checkpoint: str | None) -> None:
+        super().__init__(128 + int(signum))
+        self.signum, self.step, self.checkpoint = int(signum), step, checkpoint
+
+
+class Preemption(Callback):
+    def __init__(self, requeue: bool | None = None, identity: dict | None = None) -> None:
+        """
+        Args:
+            requeue: ask SLURM to requeue the job after saving (default: when SLURM_JOB_ID is set).
+            identity: {fingerprint, folder, ...} written into every checkpoint (which run it belongs to).
+        """
+        super().__init__()
+        self.requeue = requeue
+        self.identity = identity or {}
+        self.pending: int | None = None
+        self.received: int | None = None  # the signal that ended the run, for the command line
+        self._previous: dict[int, Any] = {}
+
+    # ----- signals ----------------------------------------------------------------------------------------------------
+    def _handler(self, signum, frame) -> None:  # no I/O here: it can run inside any bytecode of a step
+        self.pending = signum
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage != "fit" or threading.current_thread() is not threading.main_thread():
+            return
+        for sig in PREEMPTION_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handler)
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self._previous = {}
+
+    def _signal_everywhere(self, trainer) -> int | None:
+        """The pending signal if any process received one (all processes must stop at the same step)."""
+        if trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            flag = torch.tensor([self.pending or 0], dtype=torch.int64, device=trainer.strategy.root_device)
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            return int(flag.item()) or None
+        return self.pending
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        # Lightning stops by itself after a SIGTERM (at this same boundary, but with exit code 0 and no
+        # checkpoint); the pending flag catches both signals first.
+        signum = self._signal_everywhere(trainer)
+        if signum is None:
+            return
+        path = trainer._checkpoint_connector.hpc_save_path(trainer.default_root_dir)
+        trainer.save_checkpoint(path)
+        self.received = signum
+        if trainer.is_global_zero:
+            say(f"received {signal.Signals(signum).name} during step {trainer.global_step}: saved {path} at the "
+                "step boundary")
+            if self.requeue if self.requeue is not None else bool(os.environ.get("SLURM_JOB_ID")):
+                _requeue()
+        raise Preempted(signum, trainer.global_step, path)
+
+    # ----- what every checkpoint carries ----------------------------------------------------------------------------
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        if self.identity:
+            checkpoint["run_identity"] = dict(self.identity)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict:
+            random.setstate(state_dict["python"])
+            np.random.set_state(state_dict["numpy"])
+            torch.set_rng_state(state_dict["torch"])
+
+
+def _requeue() -> None:
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    job = f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID", "")
+    if not re.fullmatch(r"[0-9_]+", job):
+        say(f"not requeueing: SLURM job id {job!r} looks wrong")
+        return
+    try:
+        result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+        say(f"requeued SLURM job {job}" if result.returncode == 0 else
+            f"could not requeue SLURM job {job}: {result.stderr.strip()[:200]}")
+    except (OSError, subprocess.TimeoutExpired) as err:
+        say(f"could not requeue SLURM job {job}: {err}")
