@@ -105,13 +105,24 @@ class Preemption(Callback):
             checkpoint["run_identity"] = dict(self.identity)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+        # Tensors and plain tuples only: checkpoints stay loadable with torch.load(weights_only=True).
+        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        state = {"python": random.getstate(), "numpy": (kind, torch.from_numpy(keys.copy()), pos, has_gauss, cached),
+                 "torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if state_dict:
-            random.setstate(state_dict["python"])
-            np.random.set_state(state_dict["numpy"])
-            torch.set_rng_state(state_dict["torch"])
+        if not state_dict:
+            return
+        py = state_dict["python"]
+        random.setstate((py[0], tuple(py[1]), py[2]))
+        kind, keys, pos, has_gauss, cached = state_dict["numpy"]
+        np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+        torch.set_rng_state(state_dict["torch"])
+        if "cuda" in state_dict and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])
 
 
 def _requeue() -> None:

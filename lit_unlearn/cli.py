@@ -31,8 +31,12 @@ class UnlearnCLI(LightningCLI):
     """LightningCLI with the project's defaults. run=False parses a plain config (no subcommand) and adds
     `--ckpt_path`, so a command can adjust the objects before it fits them."""
 
-    def __init__(self, args=None, run: bool = True) -> None:
+    last_run_folder = None  # the folder claimed by the latest construction (cleaned up if it fails)
+
+    def __init__(self, args=None, run: bool = True, manage_runs: bool = False) -> None:
         self._standalone = not run
+        self._manage_runs = manage_runs and not run
+        self.run_folder = None
         warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
         # Our checkpoints hold the state after each update on purpose (resume is exact from there).
         warnings.filterwarnings("ignore", message=r".*Using ModelCheckpoint with manual optimization.*")
@@ -51,6 +55,13 @@ class UnlearnCLI(LightningCLI):
             run=run,
         )
 
+    def before_instantiate_classes(self) -> None:
+        if self._manage_runs:
+            from lit_unlearn.recipes.run_setup import assign_run_folder
+
+            self.run_folder = assign_run_folder(self.config)
+            UnlearnCLI.last_run_folder = self.run_folder
+
     def _instantiate_trainer(self, config, callbacks):
         from lightning.pytorch.callbacks import ProgressBar
 
@@ -59,6 +70,10 @@ class UnlearnCLI(LightningCLI):
         listed = [*(config.get("callbacks") or []), *callbacks]
         if config.get("enable_progress_bar", True) is not False and not any(isinstance(c, ProgressBar) for c in listed):
             callbacks = [*callbacks, StepProgressBar()]  # steps, not "Epoch 19/-2", for step-bounded runs
+        if self.run_folder is not None:
+            from lit_unlearn.recipes.run_setup import cluster_ready
+
+            callbacks = cluster_ready(config, callbacks, self.run_folder)
         return super()._instantiate_trainer(config, callbacks)
 
     def add_arguments_to_parser(self, parser) -> None:

@@ -60,6 +60,14 @@ def diff_identity(a: dict, b: dict, prefix: str = "", limit: int = 4) -> list[st
     return out[:limit]
 
 
+def shown(path) -> str:
+    """A path as the user gave it: relative to the working directory when it is inside it."""
+    try:
+        return os.path.relpath(path) if not os.path.relpath(path).startswith("..") else str(path)
+    except ValueError:
+        return str(path)
+
+
 def _rank() -> int:
     for key in ("RANK", "SLURM_PROCID"):
         if os.environ.get(key, "").isdigit():
@@ -193,11 +201,12 @@ def _checkpoint_identity(path: Path) -> dict | None:
 
 def prepare_run(root: str | Path, config: dict[str, Any], ckpt_path: str | None, command: str = "") -> RunFolder:
     """Decide this run's folder and the checkpoint it resumes from (see the module docstring)."""
-    root = Path(root)
+    root = Path(root).expanduser().resolve()  # run.json and checkpoints name absolute paths
     identity = run_identity(config)
     fp = fingerprint(identity)
-    if os.environ.get(ENV_DIR):  # a process started by this run's launcher
-        return RunFolder(Path(os.environ[ENV_DIR]), fp, identity, os.environ.get(ENV_CKPT) or None, new=False)
+    inherited = os.environ.get(ENV_DIR)
+    if inherited and (read_run(Path(inherited)) or {}).get("fingerprint") == fp:  # started by this run's launcher
+        return RunFolder(Path(inherited), fp, identity, os.environ.get(ENV_CKPT) or None, new=False)
     slurm = os.environ.get("SLURM_JOB_ID")
     extra = {"slurm_job_id": slurm, "command": command}
 
@@ -205,8 +214,8 @@ def prepare_run(root: str | Path, config: dict[str, Any], ckpt_path: str | None,
         ckpt, damaged = newest_loadable_checkpoint(folder)
         run = RunFolder(folder, fp, identity, str(ckpt) if ckpt else None, new=False)
         if damaged:
-            run.notes.append(f"skipped damaged checkpoint(s) {[str(d) for d in damaged]} (a write that was cut "
-                             f"short); resuming from {ckpt}")
+            run.notes.append(f"skipped damaged checkpoint(s) {[shown(d) for d in damaged]} (a write that was cut "
+                             f"short); resuming from {shown(ckpt)}")
         run.notes.append(why)
         return run
 
@@ -214,15 +223,15 @@ def prepare_run(root: str | Path, config: dict[str, Any], ckpt_path: str | None,
         mine, others = _resumable(root, fp)
         for folder in mine:
             if newest_loadable_checkpoint(folder)[0] is not None:
-                return _shared(resume_in(folder, f"resuming {folder}"))
+                return _shared(resume_in(folder, f"resuming {shown(folder)}"))
         if ckpt_path == "last":
             hint = ""
             if others:
                 folder, info = others[0]
                 diff = "; ".join(diff_identity(info.get("identity") or {}, identity)) or "another configuration"
-                hint = f"; the unfinished run {folder} belongs to another configuration ({diff})"
+                hint = f"; the unfinished run {shown(folder)} belongs to another configuration ({diff})"
             raise MissingFileError(f"--ckpt_path last: no unfinished run of this configuration with a checkpoint "
-                                   f"in {root}{hint}. Start without --ckpt_path, or use --ckpt_path auto to resume "
+                                   f"in {shown(root)}{hint}. Start without --ckpt_path, or use --ckpt_path auto to resume "
                                    "when possible")
     elif ckpt_path is not None:
         path = Path(ckpt_path).expanduser()
@@ -234,19 +243,20 @@ def prepare_run(root: str | Path, config: dict[str, Any], ckpt_path: str | None,
         owner = _checkpoint_identity(path)
         if owner and owner.get("fingerprint") not in (None, fp):
             diff = "; ".join(diff_identity(owner.get("identity") or {}, identity)) or "another configuration"
-            raise UserError(f"--ckpt_path {ckpt_path} belongs to run {owner.get('folder')} ({diff}); this run's "
+            raise UserError(f"--ckpt_path {ckpt_path} belongs to run {shown(owner.get('folder'))} ({diff}); this run's "
                             "configuration differs. Resume it with its own configuration, or start a new run")
         folder = Path(owner["folder"]) if owner and owner.get("folder") and Path(owner["folder"]).is_dir() else None
         if folder is not None and (read_run(folder) or {}).get("fingerprint") == fp:
-            run = RunFolder(folder, fp, identity, str(path), new=False, notes=[f"resuming {folder} from {path}"])
+            run = RunFolder(folder, fp, identity, str(path.resolve()), new=False,
+                            notes=[f"resuming {shown(folder)} from {shown(path)}"])
             return _shared(run)
-        run = RunFolder(_claim_new(root, fp, identity, extra), fp, identity, str(path), new=True,
-                        notes=[f"starting a new run from {path}"])
+        run = RunFolder(_claim_new(root, fp, identity, extra), fp, identity, str(path.resolve()), new=True,
+                        notes=[f"starting a new run from {shown(path)}"])
         return _shared(run)
     elif slurm:  # a requeued SLURM job relaunches the same command: continue its own pre-empted run
         for folder in _resumable(root, fp)[0]:
             if (read_run(folder) or {}).get("slurm_job_id") == slurm and newest_loadable_checkpoint(folder)[0]:
-                return _shared(resume_in(folder, f"requeued SLURM job {slurm}: resuming {folder}"))
+                return _shared(resume_in(folder, f"requeued SLURM job {slurm}: resuming {shown(folder)}"))
     if _rank() != 0:
         return _wait_for_claim(root, fp, identity)
     return _shared(RunFolder(_claim_new(root, fp, identity, extra), fp, identity, None, new=True))
@@ -272,6 +282,9 @@ def release_claim(run: RunFolder) -> None:
     claim = _claim_file(run.path.parent)
     if claim is not None and _rank() == 0:
         claim.unlink(missing_ok=True)
+    if os.environ.get(ENV_DIR) == str(run.path):  # a later run in this process is another run
+        os.environ.pop(ENV_DIR, None)
+        os.environ.pop(ENV_CKPT, None)
 
 
 def _wait_for_claim(root: Path, fp: str, identity: dict, timeout: float = 300.0) -> RunFolder:

@@ -29,6 +29,7 @@ def main():
     ap.add_argument("--method", default="hamu", choices=["hamu", "ofmu"])
     ap.add_argument("--ckpt-dir")
     ap.add_argument("--resume")
+    ap.add_argument("--preempt-at", type=int, help="send SIGUSR1 inside the backward pass of this step")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -60,7 +61,14 @@ def main():
 
         callbacks.append(FinalCheckpoint(dirpath=args.ckpt_dir, every_n_train_steps=2, save_top_k=-1,
                                          filename="{step}", save_last=False))
+    if args.preempt_at is not None:
+        from signal_injector import SignalAt
+
+        from lit_unlearn.callbacks.preemption import Preemption
+
+        callbacks += [Preemption(requeue=False), SignalAt(args.preempt_at, "backward")]
     trainer = pl.Trainer(max_steps=args.steps, accelerator="cpu", devices=args.devices, logger=False,
+                         default_root_dir=args.ckpt_dir,
                          enable_checkpointing=bool(args.ckpt_dir), callbacks=callbacks, enable_progress_bar=False,
                          enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0, **kwargs)
     trainer.fit(module, dm, ckpt_path=args.resume)

@@ -31,7 +31,7 @@ def target(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("pretrain")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     cli(["pretrain", "--trainer.max_epochs=2", "--trainer.enable_progress_bar=false", *TINY_NET], cwd, env)
-    ckpt = cwd / "runs/digits/target/checkpoints/last.ckpt"
+    ckpt = cwd / "runs/digits/target/latest/checkpoints/last.ckpt"
     assert ckpt.is_file()
     return ckpt
 
@@ -73,7 +73,7 @@ def test_unlearn_without_target_says_how_to_make_one(tmp_path, subprocess_env):
 
 
 def _final_state(folder, kappa=True):
-    ckpt = torch.load(folder / "runs/digits/hamu/checkpoints/last.ckpt", map_location="cpu", weights_only=True)
+    ckpt = torch.load(folder / "runs/digits/hamu/latest/checkpoints/last.ckpt", map_location="cpu", weights_only=True)
     state = next(v for k, v in ckpt["callbacks"].items() if k.startswith("KappaEarlyStopping")) if kappa else None
     return ckpt["state_dict"], ckpt["global_step"], state
 
@@ -87,7 +87,7 @@ trainer:
     - class_path: lit_unlearn.callbacks.KappaEarlyStopping
       init_args: {mode: soft, epsilon: 1.0, monitor_only: true, patience: 1}
     - class_path: lit_unlearn.callbacks.FinalCheckpoint
-      init_args: {dirpath: runs/digits/hamu/checkpoints, filename: "hamu-{step}", every_n_train_steps: 4,
+      init_args: {filename: "hamu-{step}", every_n_train_steps: 4,
                   save_top_k: -1, save_last: true}
 model:
   init_args: {eta: 0.05, quota: 0.02}
@@ -108,10 +108,12 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(target, tmp_
     killed = cli(["unlearn", *common, "--trainer.callbacks+=kill_switch.KillAtStep", "--trainer.callbacks.step=26"],
                  crashed, subprocess_env, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    ckpt = torch.load(crashed / "runs/digits/hamu/checkpoints/last.ckpt", map_location="cpu", weights_only=True)
+    ckpt = torch.load(crashed / "runs/digits/hamu/version_0/checkpoints/last.ckpt", map_location="cpu",
+                      weights_only=True)
     assert ckpt["global_step"] == 24
     resumed = cli(["unlearn", *common, "--ckpt_path=last"], crashed, subprocess_env)
-    assert "resuming from" in resumed.stdout and "runs/digits/hamu/checkpoints/last.ckpt" in resumed.stdout
+    assert "resuming runs/digits/hamu/version_0" in resumed.stdout  # the same run, in its own folder
+    assert not (crashed / "runs/digits/hamu/version_1").exists()
     a_state, a_step, a_kappa = _final_state(straight)
     b_state, b_step, b_kappa = _final_state(crashed)
     assert a_step == b_step == 30
@@ -132,7 +134,7 @@ trainer:
     - class_path: lit_unlearn.callbacks.QuotaController
       init_args: {horizon: 10}
     - class_path: lit_unlearn.callbacks.FinalCheckpoint
-      init_args: {dirpath: runs/digits/hamu/checkpoints, filename: "hamu-{step}", every_n_train_steps: 4,
+      init_args: {filename: "hamu-{step}", every_n_train_steps: 4,
                   save_top_k: -1, save_last: true}
 data:
   init_args: {retain_batch_size: 64, forget_batch_size: 32}
@@ -140,7 +142,7 @@ data:
 
 
 def _callback_state(folder, prefix):
-    ckpt = torch.load(folder / "runs/digits/hamu/checkpoints/last.ckpt", map_location="cpu", weights_only=True)
+    ckpt = torch.load(folder / "runs/digits/hamu/latest/checkpoints/last.ckpt", map_location="cpu", weights_only=True)
     return next(v for k, v in ckpt["callbacks"].items() if k.startswith(prefix))
 
 

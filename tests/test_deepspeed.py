@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+from lit_unlearn.checkpoint_io import checkpoint_is_loadable
 from lit_unlearn.data import generate_fictitious_tofu, train_bpe_tokenizer, write_tofu_json
 from lit_unlearn.models import CausalLM, tiny_llama_config
 
@@ -72,6 +73,18 @@ def test_zero3_checkpoint_resumes_mid_epoch_exactly(assets, tmp_path, ds_env):
     common = ["--steps", "4", "--stage", "3", "--devices", "2"]
     straight = run(root, tmp_path / "a.pt", *common, "--ckpt-dir", str(tmp_path / "ck"), env=ds_env)
     assert (tmp_path / "ck" / "step=2.ckpt").is_dir()  # a sharded (per-rank) checkpoint folder
+    assert checkpoint_is_loadable(tmp_path / "ck" / "step=2.ckpt")  # its completion marker was written last
     resumed = run(root, tmp_path / "b.pt", *common, "--resume", str(tmp_path / "ck" / "step=2.ckpt"), env=ds_env)
     for k in straight:
         assert torch.equal(straight[k], resumed[k]), k
+    # Pre-empted inside a backward pass (2 ranks): the hpc checkpoint is taken at the step boundary, and resuming
+    # from it ends bit-equal to the uninterrupted run.
+    proc = subprocess.run([sys.executable, WORKER, "--data", str(root / "data"), "--tokenizer", str(root / "tok"),
+                           "--out", str(tmp_path / "c.pt"), *common, "--ckpt-dir", str(tmp_path / "pre"),
+                           "--preempt-at", "1"], capture_output=True, text=True, timeout=600, env=ds_env)
+    assert proc.returncode == 138, proc.stdout[-2000:] + proc.stderr[-3000:]
+    hpc = tmp_path / "pre" / "hpc_ckpt_1.ckpt"
+    assert checkpoint_is_loadable(hpc)
+    again = run(root, tmp_path / "d.pt", *common, "--resume", str(hpc), env=ds_env)
+    for k in straight:
+        assert torch.equal(straight[k], again[k]), k

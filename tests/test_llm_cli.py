@@ -31,7 +31,7 @@ def test_tofu_demo_then_standalone_eval_reproduces_the_callback(tmp_path, subpro
     assert list(run.glob("events.out.tfevents.*"))
     reference = json.loads((tmp_path / "runs/tofu/retrain_eval.json").read_text())
     assert len(reference["per_item"]["forget"]["truth_ratio"]) == 32
-    again = cli(["tofu-eval", "--model", str(tmp_path / "runs/tofu/hamu/checkpoints/last.ckpt"), "--base",
+    again = cli(["tofu-eval", "--model", str(tmp_path / "runs/tofu/hamu/latest/checkpoints/last.ckpt"), "--base",
                  str(tmp_path / "runs/tofu/target"), "--data", str(tmp_path / "runs/tofu/data"), "--reference",
                  str(tmp_path / "runs/tofu/retrain_eval.json"), "--max-new-tokens", "48", "--save",
                  str(tmp_path / "again.json")], tmp_path, subprocess_env)

@@ -3,7 +3,8 @@
 The stock strategy refuses anything but CUDA; DeepSpeed itself runs on CPU with its CPU accelerator. This
 subclass only (1) skips the CUDA check, (2) skips the CUDA device-index validation and (3) passes the local
 rank as DeepSpeed's device rank. On GPUs use the stock `lightning.pytorch.strategies.DeepSpeedStrategy`
-(the packaged Llama-2-7B configs do). It touches Lightning internals, which is one reason lightning is pinned.
+(the packaged Llama-2-7B configs use `lit_unlearn.distributed.DeepSpeedStrategy`, which adds checkpoint
+completion markers). It touches Lightning internals, which is one reason lightning is pinned.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import argparse
 
 from lightning.fabric.utilities.seed import reset_seed
-from lightning.pytorch.strategies import DeepSpeedStrategy
 from lightning.pytorch.strategies.ddp import DDPStrategy
+
+from lit_unlearn.distributed.deepspeed_strategy import DeepSpeedStrategy
 
 __all__ = ["CPUDeepSpeedStrategy"]
 

@@ -16,7 +16,7 @@ from lit_unlearn.console import say
 
 __all__ = ["main"]
 
-TARGET = Path("runs/digits/target/checkpoints/last.ckpt")
+TARGET = Path("runs/digits/target/latest/checkpoints/last.ckpt")
 HELP = f"""usage: lit-unlearn demo [--fresh] [--target TARGET] [--KEY=VALUE ...]
 
 The embedded default job, offline: train a ResNet-20 target on scikit-learn's digits (reused if

@@ -22,7 +22,8 @@ options:
   --preset NAME       a packaged config; `lit-unlearn configs` lists them
   --target TARGET     stop at a forget target and end on the weights closest to it, e.g.
                       "forget_vs_retrain_auc <= 0.6", "ua within 0.05 of retrain", "forget_acc <= 0.05"
-  --ckpt_path P       resume from a checkpoint; 'last' resumes this run's latest
+  --ckpt_path P       resume: 'last' (this configuration's unfinished run), 'auto' (resume if possible, else
+                      start anew) or a checkpoint path; each run has its own folder (docs/cluster.md)
   --config FILE       a LightningCLI config (repeatable)
   --KEY=VALUE         any LightningCLI override, e.g. --model.init_args.eta=0.05 --trainer.max_steps=200
   --help-all          every LightningCLI option of the preset
@@ -54,8 +55,10 @@ def add_target(trainer, target: str) -> None:
     callbacks[at:at] = new  # before the checkpoint callbacks: the closest weights are restored before they save
 
 
-def build_run(argv: list[str], default_preset: str):
-    """(LightningCLI object with model, datamodule, trainer; ckpt_path) for a preset plus user arguments."""
+def build_run(argv: list[str], default_preset: str, manage_runs: bool = True):
+    """(LightningCLI object with model, datamodule, trainer; ckpt_path) for a preset plus user arguments.
+    manage_runs: the run gets its own folder and resume logic (lit_unlearn.run_folder); off for commands that
+    only read a config (retrain)."""
     from lit_unlearn.cli import UnlearnCLI, preset_args
 
     target = None
@@ -65,38 +68,86 @@ def build_run(argv: list[str], default_preset: str):
             raise UserError('--target needs a value, e.g. --target "forget_vs_retrain_auc <= 0.6"')
         target, argv = argv[i + 1], argv[:i] + argv[i + 2:]
     _, args = preset_args(argv, default_preset)
-    cli = UnlearnCLI(args=args, run=False)
-    cli.record_network_spec()
-    if target is not None:
-        add_target(cli.trainer, target)
+    UnlearnCLI.last_run_folder = None
+    try:
+        cli = UnlearnCLI(args=args, run=False, manage_runs=manage_runs)
+        cli.record_network_spec()
+        if target is not None:
+            add_target(cli.trainer, target)
+    except BaseException:
+        if UnlearnCLI.last_run_folder is not None:  # a failed start leaves no empty run folder behind
+            UnlearnCLI.last_run_folder.remove_if_empty()
+        raise
     return cli, cli.config.get("ckpt_path")
 
 
-def resolve_checkpoint(trainer, ckpt_path: str | None) -> str | None:
-    """'last' → this run's latest checkpoint (an error when there is none); a path must exist."""
-    from pathlib import Path
-
-    from lit_unlearn.console import say
-    from lit_unlearn.errors import MissingFileError
-
-    if ckpt_path is None:
-        return None
-    if ckpt_path == "last":
-        folder = getattr(trainer.checkpoint_callback, "dirpath", None)
-        last = Path(folder) / "last.ckpt" if folder else None
-        if last is None or not last.exists():
-            raise MissingFileError(f"--ckpt_path last: no checkpoint to resume in {folder or 'this run'}; "
-                                   "start without --ckpt_path")
-        ckpt_path = str(last)
-    elif not Path(ckpt_path).exists():
-        raise MissingFileError(f"--ckpt_path {ckpt_path}: no such checkpoint")
-    say(f"resuming from {ckpt_path}")
-    return ckpt_path
-
-
 def fit_run(cli, ckpt_path: str | None = None):
-    cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=resolve_checkpoint(cli.trainer, ckpt_path))
+    """Fit, and keep the run's folder truthful: finished (final checkpoint printed, hpc checkpoints removed,
+    `latest` updated), interrupted (how to resume; exit code 128 + signal), or failed (removed if it holds no
+    checkpoint)."""
+    import signal
+
+    from lit_unlearn.callbacks.preemption import Preempted
+    from lit_unlearn.console import say
+    from lit_unlearn.run_folder import release_claim
+
+    run = getattr(cli, "run_folder", None)
+    trainer = cli.trainer
+    if run is None:
+        trainer.fit(cli.model, cli.datamodule, ckpt_path=ckpt_path)
+        return cli
+    for note in run.notes:
+        say(note)
+    try:
+        trainer.fit(cli.model, cli.datamodule, ckpt_path=run.resume_from)
+    except SystemExit as stop:  # a pre-emption signal, SIGTERM (Lightning) or Ctrl+C (Lightning exits with 1)
+        signum = stop.signum if isinstance(stop, Preempted) else (signal.SIGTERM if stop.code is None
+                                                                   else signal.SIGINT)
+        name = signal.Signals(signum).name
+        info = run.record(status="interrupted", interrupted_at_step=trainer.global_step, signal=name)
+        command = info.get("command") or "lit-unlearn ..."
+        hint = command if "--ckpt_path" in command else f"{command} --ckpt_path last"
+        say(f"interrupted at step {trainer.global_step} by {name}; resume with: {hint}")
+        release_claim(run)
+        raise SystemExit(128 + int(signum)) from None
+    except BaseException:
+        if not run.remove_if_empty():
+            run.record(status="failed", failed_at_step=trainer.global_step)
+        release_claim(run)
+        raise
+    from lit_unlearn.run_folder import newest_loadable_checkpoint
+
+    run.remove_hpc_checkpoints()
+    final = run.checkpoints / "last.ckpt"
+    if not final.exists():  # no FinalCheckpoint: the newest checkpoint the run wrote
+        final = newest_loadable_checkpoint(run.path)[0] or final
+    run.record(status="finished", global_step=trainer.global_step,
+               final_checkpoint=str(final) if final.exists() else None)
+    _point_latest(run.path)
+    release_claim(run)
+    if final.exists():
+        from lit_unlearn.run_folder import shown
+
+        say(f"final checkpoint: {shown(final)}")
     return cli
+
+
+def _point_latest(folder) -> None:
+    """`<root>/latest` → the run that finished last (a stable path to its final checkpoint)."""
+    import os
+
+    from lit_unlearn.run_folder import _rank
+
+    if _rank() != 0:
+        return
+    link = folder.parent / "latest"
+    tmp = folder.parent / f".latest-{os.getpid()}"
+    try:
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(folder.name, target_is_directory=True)
+        os.replace(tmp, link)  # atomic swap of the link
+    except OSError:  # a filesystem without symbolic links: the path is in run.json anyway
+        tmp.unlink(missing_ok=True)
 
 
 def fit_command(argv: list[str], default_preset: str, name: str, purpose: str) -> None:

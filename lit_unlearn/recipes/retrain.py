@@ -57,7 +57,7 @@ def main(argv: list[str]) -> None:
     from lit_unlearn.reporting import format_table
     from lit_unlearn.verification import ClassifierVerifier
 
-    cli, _ = build_run(argv, "digits_hamu")
+    cli, _ = build_run(argv, "digits_hamu", manage_runs=False)
     network, reference, dm = retrained_reference(cli)
     where = "trained now" if reference.info.get("trained") else "from the cache"
     say(f"retrained reference ({where}): {reference.info.get('ckpt')}")
