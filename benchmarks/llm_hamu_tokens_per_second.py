@@ -2,7 +2,7 @@
 
 Both trainers run the same two forward/backward passes over the same (retain, forget) token batches; HAMU
 adds the per-tensor statistics, the closed form and the in-place combine. Target: GradDiff/HAMU tokens/s
-ratio ≤ 1.10 (HAMU at most 10 % slower).
+ratio ≤ 1.05 (HAMU at most 5 % slower), with diagnostics at Lightning's default interval (every 50 steps).
 
     python benchmarks/llm_hamu_tokens_per_second.py [--steps 12] [--rounds 3] [--batch 32]
 """
@@ -88,7 +88,7 @@ def main() -> None:
     for k, v in med.items():
         print(f"  {k:9s} median {v:9.0f} tokens/s")
     ratio = med["graddiff"] / med["hamu"]
-    print(f"GradDiff/HAMU tokens/s ratio: {ratio:.3f} (target ≤ 1.10: {'met' if ratio <= 1.10 else 'NOT met'})")
+    print(f"GradDiff/HAMU tokens/s ratio: {ratio:.3f} (target ≤ 1.05: {'met' if ratio <= 1.05 else 'NOT met'})")
 
 
 if __name__ == "__main__":

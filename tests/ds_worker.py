@@ -30,6 +30,8 @@ def main():
     ap.add_argument("--ckpt-dir")
     ap.add_argument("--resume")
     ap.add_argument("--preempt-at", type=int, help="send SIGUSR1 inside the backward pass of this step")
+    ap.add_argument("--rho-schedule", action="store_true", help="OFMU: a linear RhoScheduler")
+    ap.add_argument("--inner-steps", type=int, default=2, help="OFMU: T")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -40,7 +42,7 @@ def main():
     if args.method == "ofmu":
         from lit_unlearn.modules import OFMUModule
 
-        module = OFMUModule(net, inner_steps=2, inner_lr=0.05, beta=0.3, outer_lr=0.05, rho=0.5,
+        module = OFMUModule(net, inner_steps=args.inner_steps, inner_lr=0.05, beta=0.3, outer_lr=0.05, rho=0.5,
                             hvp="finite_difference", fd_step=1e-2)
     else:
         module = HAMUModule(net, eta=0.05, quota=0.01)
@@ -61,6 +63,10 @@ def main():
 
         callbacks.append(FinalCheckpoint(dirpath=args.ckpt_dir, every_n_train_steps=2, save_top_k=-1,
                                          filename="{step}", save_last=False))
+    if args.rho_schedule:
+        from lit_unlearn.callbacks import RhoScheduler
+
+        callbacks.append(RhoScheduler(schedule="linear", rho0=0.2, rate=0.3, cap=None))
     if args.preempt_at is not None:
         from signal_injector import SignalAt
 
@@ -80,6 +86,8 @@ def main():
             state = {n: p.detach().clone() for n, p in module.network.named_parameters()}
     else:
         state = {n: p.detach().clone() for n, p in module.network.named_parameters()}
+    if args.method == "ofmu":
+        state["__rho__"] = torch.tensor(module.rho)
     if trainer.is_global_zero:
         torch.save(state, args.out)
 

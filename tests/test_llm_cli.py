@@ -42,7 +42,8 @@ def test_tofu_demo_then_standalone_eval_reproduces_the_callback(tmp_path, subpro
 
 
 @pytest.mark.parametrize("preset", ["tofu_llama2_7b_hamu_zero2", "tofu_llama2_7b_hamu_zero3",
-                                    "waterdrum_llama2_7b_hamu_lora", "tofu_llama2_7b_ofmu_lora", "tofu_tiny_ofmu", "tofu_tiny_npo"])
+                                    "waterdrum_llama2_7b_hamu_lora", "tofu_llama2_7b_ofmu_lora", "tofu_llama2_7b_ofmu_zero3",
+                                    "tofu_tiny_ofmu", "tofu_tiny_npo"])
 def test_llm_configs_parse(preset, tmp_path, subprocess_env):
     out = cli(["unlearn", "--preset", preset, "--print_config"], tmp_path, subprocess_env)
     assert "class_path: lit_unlearn.models.CausalLM" in out.stdout

@@ -103,7 +103,7 @@ def test_outer_hvp_autograd_and_finite_difference_match_the_materialised_hessian
     hv_autograd = torch.autograd.grad(pg.grad[0], t, grad_outputs=v)[0]
     torch.testing.assert_close(hv_autograd, hessian @ v, rtol=1e-8, atol=1e-10)
 
-    def grads_at(direction, step):
+    def grads_at(direction, step, which="both"):
         shifted = theta + (0 if direction is None else step * direction[0])
         s = shifted.clone().requires_grad_(True)
         lf, lr = losses(s)
@@ -114,7 +114,7 @@ def test_outer_hvp_autograd_and_finite_difference_match_the_materialised_hessian
     torch.testing.assert_close(fd_grad[0], v, rtol=1e-6, atol=1e-8)
 
     def phi_grad_at(direction, step):
-        def shifted_grads(d2, s2):
+        def shifted_grads(d2, s2, which="both"):
             base = theta + step * direction[0]
             s = (base + (0 if d2 is None else s2 * d2[0])).clone().requires_grad_(True)
             lf, lr = losses(s)

@@ -38,14 +38,29 @@ __all__ = [
     "QUOTA_ALLOCATIONS",
     "INFEASIBLE_POLICIES",
     "VARIANTS",
+    "colinear_tolerance",
 ]
 
 QUOTA_ALLOCATIONS = ("norm_product", "uniform", "softmax_dot")
 INFEASIBLE_POLICIES = ("best_effort", "skip")
 VARIANTS = ("Q", "U")
 
-# A block whose g_r⊥ carries less than this fraction of ‖g_r‖² is treated as colinear with g_f.
-COLINEAR_RTOL = 1e-10
+# Colinearity. The corrected branch divides by ‖g_r⊥‖, obtained by cancellation: ‖g_r⊥‖² = ‖g_r‖² − κ²/‖g_f‖².
+# Each statistic is a float64 sum of n products, relative rounding error ≲ log2(n)·ε, so ‖g_r⊥‖² carries an
+# absolute error of ~(3 + 2·log2 n)·ε·‖g_r‖²; ‖δ‖ inherits the relative error of ‖g_r⊥‖. For ‖δ‖ ≤ R(1 + 1e-6)
+# the corrected branch is used only where that relative error is below 1e-6 (with a safety factor 4); below it
+# the block takes the colinear step, whose norm is exact and which gives up at most R·‖g_r‖·sin θ of retain gain.
+EPS64 = float(torch.finfo(torch.float64).eps)
+TRUST_RTOL = 1e-6  # ‖δ_i‖ ≤ R_i(1 + TRUST_RTOL)
+
+
+def colinear_tolerance(n_elements: Tensor | float) -> Tensor:
+    """Relative threshold on ‖g_r⊥‖²/‖g_r‖² below which a block of n elements counts as colinear."""
+    n = torch.as_tensor(n_elements, dtype=torch.float64).clamp_min(2.0)
+    return 4.0 * (3.0 + 2.0 * torch.log2(n)) * EPS64 / (2.0 * TRUST_RTOL)
+
+
+DEFAULT_BLOCK_SIZE = float(2**40)  # when the block sizes are not given: the loosest (largest) plausible block
 
 
 class Branch(enum.IntEnum):
@@ -84,8 +99,10 @@ def solve_blocks(
     quota: Tensor,
     radius: Tensor,
     infeasible: str = "best_effort",
+    sizes: Tensor | None = None,
 ) -> BlockSolution:
-    """Closed-form solution per block from its statistics ‖a‖², ‖b‖², a·b, its quota and trust radius."""
+    """Closed-form solution per block from its statistics ‖a‖², ‖b‖², a·b, its quota and trust radius.
+    `sizes` (elements per block) sets the colinearity tolerance; None assumes the largest plausible block."""
     if infeasible not in INFEASIBLE_POLICIES:
         raise ValueError(f"infeasible={infeasible!r}: choose one of {INFEASIBLE_POLICIES}")
     for name, t in (("‖g_r‖²", aa), ("‖g_f‖²", bb), ("g_r·g_f", ab), ("quota", quota), ("radius", radius)):
@@ -107,7 +124,8 @@ def solve_blocks(
 
     # Corrected branch: q/‖b‖² · b − s · a⊥/‖a⊥‖,  a⊥ = a − (κ/‖b‖²) b,  ‖a⊥‖² = ‖a‖² − κ²/‖b‖².
     perp_sq = (aa - _safe_div(kappa * kappa, bb)).clamp_min(0.0)
-    is_colinear = perp_sq <= COLINEAR_RTOL * aa
+    tol = colinear_tolerance(DEFAULT_BLOCK_SIZE if sizes is None else sizes.to(aa.device))
+    is_colinear = perp_sq <= tol * aa
     s = (radius * radius - _safe_div(quota * quota, bb)).clamp_min(0.0).sqrt()
     inv_perp = _safe_div(torch.ones_like(perp_sq), perp_sq.sqrt())
     corr_coef_b = _safe_div(quota, bb) + s * inv_perp * _safe_div(kappa, bb)
@@ -163,7 +181,7 @@ def allocate_quota(total: float, rr: Tensor, ff: Tensor, rf: Tensor, allocation:
     """
     n = rr.numel()
     if allocation == "norm_product":
-        w = (rr * ff).sqrt()
+        w = rr.sqrt() * ff.sqrt()  # not (rr·ff).sqrt(): that over/underflows outside ~[1e-154, 1e154]
         denom = w.sum()
         return total * w / denom if denom > 0 else torch.zeros_like(w)
     if allocation == "uniform":
@@ -189,6 +207,7 @@ class HamuStep:
     pred_delta_retain: Tensor  # first-order predicted L_r change, G_r·δ
     total_quota: float
     variant: str
+    conditioning: Tensor | None = None  # per block (|a|‖G_f‖ + |b|‖G_r‖)/‖δ‖: the cancellation the combine faces
 
     @property
     def reachable_gain(self) -> float:
@@ -229,8 +248,10 @@ def hamu_step(
     allocation: str = "norm_product",
     clip_norm: float | None = 1.0,
     infeasible: str = "best_effort",
+    sizes: Tensor | None = None,
 ) -> HamuStep:
     """HAMU from per-block raw statistics ‖G_r⁽ⁱ⁾‖², ‖G_f⁽ⁱ⁾‖², G_r⁽ⁱ⁾·G_f⁽ⁱ⁾ (blocks partition the parameters).
+    `sizes`: elements per block (for the colinearity tolerance; None: the loosest).
 
     `quota` is Q for variant "Q" and U for variant "U". Gradients are clipped to global norm ≤ clip_norm
     (on the statistics: clipping is a scale, so the raw tensors need never be rewritten).
@@ -253,16 +274,21 @@ def hamu_step(
     # HAMU-U: max g_f·δ s.t. −g_r·δ ≥ U  ==  min (−g_f)·δ s.t. (−g_r)·δ ≥ U, i.e. a = −g_f, b = −g_r.
     aa, bb = (crr, cff) if variant == "Q" else (cff, crr)
     radius = eta * aa.sqrt()
-    sol = solve_blocks(aa, bb, crf, q, radius, infeasible)
+    sizes = None if sizes is None else torch.as_tensor(sizes, dtype=torch.float64)
+    sol = solve_blocks(aa, bb, crf, q, radius, infeasible, sizes)
     one = lambda t: t.sum().reshape(1)  # noqa: E731
     global_sol = solve_blocks(one(aa), one(bb), one(crf), torch.tensor([float(quota)], dtype=aa.dtype),
-                              eta * one(aa).sqrt(), infeasible)
+                              eta * one(aa).sqrt(), infeasible, None if sizes is None else one(sizes))
     if variant == "Q":
         coef_f, coef_r = sol.coef_b * c_f, sol.coef_a * c_r
     else:
         coef_f, coef_r = -sol.coef_a * c_f, -sol.coef_b * c_r
     pred_f = (coef_f * ff + coef_r * rf).sum()
     pred_r = (coef_f * rf + coef_r * rr).sum()
+    # ‖δ_i‖ from the statistics, and how much larger the two terms of the combination are than their sum.
+    delta_sq = (coef_f * coef_f * ff + 2 * coef_f * coef_r * rf + coef_r * coef_r * rr).clamp_min(0.0)
+    terms = coef_f.abs() * ff.sqrt() + coef_r.abs() * rr.sqrt()
+    conditioning = torch.where(delta_sq > 0, terms / delta_sq.sqrt().clamp_min(1e-300), torch.ones_like(terms))
     return HamuStep(
         coef_f=coef_f,
         coef_r=coef_r,
@@ -276,4 +302,5 @@ def hamu_step(
         pred_delta_retain=pred_r,
         total_quota=float(quota),
         variant=variant,
+        conditioning=conditioning,
     )

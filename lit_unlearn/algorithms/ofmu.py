@@ -10,6 +10,10 @@ Two ways to get Hessian-vector products, never materialising a Hessian:
   memory for the graph of a gradient; the outer HVP of Φ is then a third-order derivative);
 - "finite_difference": H·v ≈ (∇(θ + h·v̂) − ∇(θ − h·v̂))·‖v‖/(2h) with v̂ = v/‖v‖, using only first-order
   gradients (works wherever backward works, e.g. sharded models, at O(h²) error and 2 extra gradients each).
+
+Sharded models (DeepSpeed ZeRO): the lists hold this rank's slices, and `reduce` sums a per-rank partial
+scalar over the ranks (one all_reduce); every dot product and norm goes through it, so each rank computes the
+same cosine, norms and step sizes as one process would.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ __all__ = [
     "HVP_MODES",
     "RHO_SCHEDULES",
     "PhiGradient",
+    "Reduce",
     "cosine_partials",
     "dot",
     "fd_hvp",
@@ -39,18 +44,23 @@ RHO_SCHEDULES = ("constant", "linear", "geometric")
 Grads = list[Tensor]
 
 
-def dot(a: Sequence[Tensor], b: Sequence[Tensor]) -> Tensor:
-    return sum((x.double() * y.double()).sum() for x, y in zip(a, b))
+Reduce = Callable[[Tensor], Tensor]
 
 
-def norm(a: Sequence[Tensor]) -> Tensor:
-    return dot(a, a).sqrt()
+def dot(a: Sequence[Tensor], b: Sequence[Tensor], reduce: Reduce | None = None) -> Tensor:
+    total = sum(((x.double() * y.double()).sum() for x, y in zip(a, b)), torch.zeros((), dtype=torch.float64))
+    return total if reduce is None else reduce(total)
 
 
-def cosine_partials(g_f: Sequence[Tensor], g_r: Sequence[Tensor], eps: float = 1e-12) -> tuple[Tensor, Grads, Grads]:
+def norm(a: Sequence[Tensor], reduce: Reduce | None = None) -> Tensor:
+    return dot(a, a, reduce).sqrt()
+
+
+def cosine_partials(g_f: Sequence[Tensor], g_r: Sequence[Tensor], eps: float = 1e-12,
+                    reduce: Reduce | None = None) -> tuple[Tensor, Grads, Grads]:
     """cos(g_f, g_r) and its partial derivatives a = ∂cos/∂g_f, b = ∂cos/∂g_r (lists like the inputs)."""
-    nf, nr = norm(g_f).clamp_min(eps), norm(g_r).clamp_min(eps)
-    cos = dot(g_f, g_r) / (nf * nr)
+    nf, nr = norm(g_f, reduce).clamp_min(eps), norm(g_r, reduce).clamp_min(eps)
+    cos = dot(g_f, g_r, reduce) / (nf * nr)
     a = [(r / (nf * nr) - cos * f / nf**2).to(f.dtype) for f, r in zip(g_f, g_r)]
     b = [(f / (nf * nr) - cos * r / nr**2).to(r.dtype) for f, r in zip(g_f, g_r)]
     return cos, a, b
@@ -88,12 +98,12 @@ def phi_gradient_autograd(loss_forget: Tensor, loss_retain: Tensor, params: Sequ
 
 
 def fd_hvp(grad_at: Callable[[Sequence[Tensor] | None, float], Grads], v: Sequence[Tensor],
-           h: float = 1e-3) -> Grads:
+           h: float = 1e-3, reduce: Reduce | None = None) -> Grads:
     """H·v by central differences of a gradient function: grad_at(direction, step) = ∇ at θ + step·direction.
 
     The step is h along the unit vector v/‖v‖, so h is a distance in parameter space whatever the size of v.
     """
-    nv = float(norm(v))
+    nv = float(norm(v, reduce))
     if nv == 0.0 or not math.isfinite(nv):
         return [torch.zeros_like(x) for x in v]
     unit = [x / nv for x in v]
@@ -102,15 +112,17 @@ def fd_hvp(grad_at: Callable[[Sequence[Tensor] | None, float], Grads], v: Sequen
 
 
 def phi_gradient_fd(grads_at: Callable[[Sequence[Tensor] | None, float], tuple[Grads, Grads, Tensor, Tensor]],
-                    beta: float, h: float = 1e-3, eps: float = 1e-12) -> PhiGradient:
-    """∇Φ from first-order gradients only. grads_at(direction, step) → (∇L_f, ∇L_r, L_f, L_r) at θ + step·dir
-    (direction None: at θ). The cosine term uses H_f·a and H_r·b by central differences (4 extra gradients)."""
-    g_f, g_r, loss_f, loss_r = grads_at(None, 0.0)
-    cos, a, b = cosine_partials(g_f, g_r, eps)
+                    beta: float, h: float = 1e-3, eps: float = 1e-12, reduce: Reduce | None = None) -> PhiGradient:
+    """∇Φ from first-order gradients only. grads_at(direction, step, which) → (∇L_f, ∇L_r, L_f, L_r) at
+    θ + step·dir (direction None: at θ); which = "forget" / "retain" may leave the other gradient out (None).
+    The cosine term uses H_f·a and H_r·b by central differences: 4 extra single-loss gradients."""
+    g_f, g_r, loss_f, loss_r = grads_at(None, 0.0, which="both")
+    cos, a, b = cosine_partials(g_f, g_r, eps, reduce)
     if beta == 0.0:
         return PhiGradient(list(g_f), list(g_r), loss_f, loss_r, cos)
-    hf_a = fd_hvp(lambda d, s: grads_at(d, s)[0], a, h)
-    hr_b = fd_hvp(lambda d, s: grads_at(d, s)[1], b, h)
+    hf_a = fd_hvp(lambda d, s: grads_at(d, s, which="forget")[0], a, h, reduce)
+    del a
+    hr_b = fd_hvp(lambda d, s: grads_at(d, s, which="retain")[1], b, h, reduce)
     grad = [f - beta * (x + y) for f, x, y in zip(g_f, hf_a, hr_b)]
     return PhiGradient(grad, list(g_r), loss_f, loss_r, cos)
 

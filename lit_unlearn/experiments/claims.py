@@ -190,10 +190,12 @@ class _Suite:
             kappas = [s["kappa_global"] for s in result.steps if "kappa_global" in s]
             cosines = [s["cosine_global"] for s in result.steps if "cosine_global" in s]
             rows.append({"rho": rho, "seed": seed, "kappa_mean": float(np.mean(kappas)),
-                         "cosine_mean": float(np.nanmean(cosines)), "steps": len(kappas)})
+                         "kappa_start": float(kappas[0]), "cosine_mean": float(np.nanmean(cosines)),
+                         "cosine_start": float(cosines[0]), "steps": len(kappas)})
         _write_csv(self.out / "hardness.csv", rows)
         rhos = [r["rho"] for r in rows]
         self.summary["hardness"] = {"rows": rows, "kappa": _pearson(rhos, [r["kappa_mean"] for r in rows]),
+                                    "kappa_start": _pearson(rhos, [r["kappa_start"] for r in rows]),
                                     "cosine": _pearson(rhos, [r["cosine_mean"] for r in rows])}
 
     def quota(self) -> None:
@@ -376,12 +378,14 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         lines.append("")
     if "hardness" in summary:
         h = summary["hardness"]
-        lines += ["## Hardness: mean κ̄ vs ρ (HAMU runs)", "", "| ρ | seed | mean κ̄ | mean cos | steps |",
-                  "|---|---|---|---|---|"]
-        lines += [f"| {r['rho']} | {r['seed']} | {_fmt(r['kappa_mean'])} | {_fmt(r['cosine_mean'])} | {r['steps']} |"
-                  for r in h["rows"]]
+        lines += ["## Hardness: κ̄ vs ρ (HAMU runs; κ = g_r·g_f on the clipped gradients)", "",
+                  "| ρ | seed | κ at the start | mean κ̄ over the run | mean cos | steps |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['rho']} | {r['seed']} | {_fmt(r.get('kappa_start', math.nan))} | {_fmt(r['kappa_mean'])} | "
+                  f"{_fmt(r['cosine_mean'])} | {r['steps']} |" for r in h["rows"]]
+        start = h.get("kappa_start", {"r": math.nan, "p_value": math.nan})
         lines += ["", f"Pearson r(κ̄, ρ) = {_fmt(h['kappa']['r'])} (p = {_fmt(h['kappa']['p_value'])}, "
-                  f"n = {h['kappa']['n']}); r(cos, ρ) = {_fmt(h['cosine']['r'])}.", ""]
+                  f"n = {h['kappa']['n']}); at the start r(κ, ρ) = {_fmt(start['r'])} (p = {_fmt(start['p_value'])}); "
+                  f"r(cos, ρ) = {_fmt(h['cosine']['r'])}.", ""]
     if "quota" in summary:
         q = summary["quota"]
         per_seed = "; per seed " + ", ".join(f"{k}: {_fmt(v)}" for k, v in q["r2_per_seed"].items()) \

@@ -33,6 +33,10 @@ from lit_unlearn.modules.unlearning import UnlearningModule
 __all__ = ["HAMUModule", "QuotaRequest"]
 
 UpdateGuard = Callable[[HamuStep], bool]
+# A combination in the gradients' dtype errs by at most 2u·(|a|‖g_f‖ + |b|‖g_r‖) = 2u·conditioning·‖δ‖ (u the unit
+# roundoff). Where that could exceed half of the 1e-6 trust-region tolerance, combine in float64 instead: float32
+# tensors with conditioning above ~4 (nearly colinear blocks), bf16/fp16 tensors always.
+PRECISE_COMBINE_ABOVE = 5e-7
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,9 @@ class HAMUModule(UnlearningModule):
     def setup(self, stage: str) -> None:
         super().setup(stage)
         self._index, self.block_names = block_index(self.trainable_named_parameters, self.grouping)
+        # Whole-parameter element counts per block (ZeRO-3 keeps only a partition: ds_numel is the full size).
+        numel = torch.tensor([float(getattr(p, "ds_numel", p.numel())) for p in self._params], dtype=torch.float64)
+        self._block_sizes = block_stats(numel, self._index, len(self.block_names))
 
     def register_update_guard(self, guard: UpdateGuard) -> None:
         """A guard sees each step's solution before it is applied and returns False to veto it (κ₂ stopping)."""
@@ -140,8 +147,8 @@ class HAMUModule(UnlearningModule):
         per_tensor = self.sum_over_shards(torch.stack(tensor_stats(grads_r, grads_f)))
         rr, ff, rf = (block_stats(s, self._index, n_blocks) for s in per_tensor)
         quota, eta = self.step_controls(loss_r, loss_f, rr, ff, rf)
-        step = hamu_step(rr, ff, rf, eta=eta, quota=quota, variant=self.variant,
-                         allocation=self.allocation, clip_norm=self.clip_norm, infeasible=self.infeasible)
+        step = hamu_step(rr, ff, rf, eta=eta, quota=quota, variant=self.variant, allocation=self.allocation,
+                         clip_norm=self.clip_norm, infeasible=self.infeasible, sizes=self._block_sizes)
         self.last_step = step
 
         apply = all(guard(step) for guard in self.update_guards)
@@ -149,7 +156,10 @@ class HAMUModule(UnlearningModule):
             idx = self._index.to(step.coef_f.device)
             neg_f = (-step.coef_f[idx]).tolist()
             neg_r = (-step.coef_r[idx]).tolist()
-            combine_into(grads_f, grads_f, grads_r, neg_f, neg_r)  # p.grad = −δ
+            # Blocks whose two terms nearly cancel are combined in float64 (rounded once): keeps ‖δ_i‖ ≤ R_i.
+            unit_roundoff = torch.finfo(grads_f[0].dtype).eps / 2 if grads_f else 0.0
+            precise = ((2 * unit_roundoff * step.conditioning[idx]) > PRECISE_COMBINE_ABOVE).tolist()
+            combine_into(grads_f, grads_f, grads_r, neg_f, neg_r, precise)  # p.grad = −δ
             self.set_update(grads_f)
             opt.step()
         opt.zero_grad(set_to_none=True)

@@ -6,6 +6,11 @@ Round k on a fixed (retain, forget) batch pair:
 The inner steps move the weights directly; the round's net change is then handed to the optimizer as
 p.grad = −δ (SGD, lr 1), so Lightning counts one step per round, checkpoints the optimizer and the ρ
 scheduler sees k = global_step. The maths is in lit_unlearn.algorithms.ofmu.
+
+Under DeepSpeed ZeRO-2/3 (hvp="finite_difference") every vector is this rank's slice: gradients are read as
+local slices, weights are shifted on the local partition and re-synced (lit_unlearn.distributed.sharded_weights),
+and every dot product and norm is summed over the ranks in one all_reduce. No full parameter or gradient is
+gathered, and the weights are restored bit for bit after each shift.
 """
 
 from __future__ import annotations
@@ -19,15 +24,16 @@ from torch import Tensor, nn
 
 from lit_unlearn.errors import UserError
 from lit_unlearn.algorithms.ofmu import HVP_MODES, fd_hvp, norm, phi_gradient_autograd, phi_gradient_fd
+from lit_unlearn.distributed.sharded_weights import ShardedWeights
 from lit_unlearn.modules.unlearning import UnlearningModule
 
 __all__ = ["OFMUModule"]
 
 
-def _clip_scale(grads, max_norm: float | None) -> float:
+def _clip_scale(grads, max_norm: float | None, reduce=None) -> float:
     if max_norm is None:
         return 1.0
-    n = float(norm(grads))
+    n = float(norm(grads, reduce))
     return min(1.0, max_norm / n) if n > 0 else 1.0
 
 
@@ -82,27 +88,30 @@ class OFMUModule(UnlearningModule):
                 raise UserError(f"{name} must be positive or None, got {value}")
         self.inner_clip_norm, self.outer_clip_norm = inner_clip_norm, outer_clip_norm
         self.stationary_at: int | None = None
+        self._weights: ShardedWeights | None = None
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
         world = self.trainer.world_size if self._trainer is not None else 1
-        if self.zero_stage:
-            raise UserError("OFMU moves the weights between gradient evaluations (inner steps, finite "
-                             "differences), which needs whole parameters: it is not supported under DeepSpeed ZeRO. "
-                             "Use one process or DDP (hvp='finite_difference').")
+        if self.zero_stage and self.hvp == "autograd":
+            raise UserError("OFMU under DeepSpeed ZeRO needs hvp='finite_difference': double backward through "
+                            "sharded parameters is not available")
         if world > 1 and self.hvp == "autograd":
             raise UserError("hvp='autograd' differentiates per-process gradient graphs, which data parallelism "
                              "does not synchronise: use hvp='finite_difference' with more than one process")
 
     # ----- ∇Φ at the current weights ---------------------------------------------------------------------------------
     def _grads_at(self, retain_batch, forget_batch):
-        def grads_at(direction: Sequence[Tensor] | None, step: float):
+        def grads_at(direction: Sequence[Tensor] | None, step: float, which: str = "both"):
+            g_f = g_r = loss_f = loss_r = None
             with self._moved(direction, step):
-                loss_f = self.checked_loss(forget_batch, "forget")
-                g_f = self.gradients(loss_f)  # released: these tensors are ours, p.grad is reset
-                loss_r = self.checked_loss(retain_batch, "retain")
-                g_r = self.gradients(loss_r)
-            return g_f, g_r, loss_f.detach(), loss_r.detach()
+                if which in ("both", "forget"):
+                    loss_f = self.checked_loss(forget_batch, "forget")
+                    g_f = self.gradients(loss_f)  # released: these tensors are ours, p.grad is reset
+                if which in ("both", "retain"):
+                    loss_r = self.checked_loss(retain_batch, "retain")
+                    g_r = self.gradients(loss_r)
+            return g_f, g_r, None if loss_f is None else loss_f.detach(), None if loss_r is None else loss_r.detach()
 
         return grads_at
 
@@ -111,7 +120,8 @@ class OFMUModule(UnlearningModule):
             return phi_gradient_autograd(self.checked_loss(forget_batch, "forget"),
                                          self.checked_loss(retain_batch, "retain"), self._params, self.beta,
                                          create_graph=create_graph)
-        return phi_gradient_fd(self._grads_at(retain_batch, forget_batch), self.beta, self.fd_step)
+        return phi_gradient_fd(self._grads_at(retain_batch, forget_batch), self.beta, self.fd_step,
+                               reduce=self._reduce)
 
     def phi_hvp(self, retain_batch, forget_batch):
         """(∇Φ, ∇²Φ·∇Φ, the PhiGradient) at the current weights."""
@@ -126,9 +136,21 @@ class OFMUModule(UnlearningModule):
 
         def phi_grad_at(direction, step):
             with self._moved(direction, step):
-                return phi_gradient_fd(grads_at, self.beta, self.fd_step).grad
+                return phi_gradient_fd(grads_at, self.beta, self.fd_step, reduce=self._reduce).grad
 
-        return pg.grad, fd_hvp(phi_grad_at, pg.grad, self.fd_step), pg
+        return pg.grad, fd_hvp(phi_grad_at, pg.grad, self.fd_step, reduce=self._reduce), pg
+
+    @property
+    def weights(self) -> ShardedWeights:
+        """The weights as this rank holds them (made at first use: the DeepSpeed engine exists only then)."""
+        if self._weights is None:
+            optimizer = self.trainer.strategy.deepspeed_engine.optimizer if self.zero_stage in (1, 2) else None
+            self._weights = ShardedWeights(self._params, self.zero_stage, optimizer)
+        return self._weights
+
+    def _reduce(self, partial: Tensor) -> Tensor:
+        """A dot product of local slices → the dot product of the whole vectors (identity unsharded)."""
+        return self.sum_over_shards(partial.reshape(1)).reshape(())
 
     @contextlib.contextmanager
     def _moved(self, direction: Sequence[Tensor] | None, step: float):
@@ -136,43 +158,44 @@ class OFMUModule(UnlearningModule):
         if direction is None:
             yield
             return
-        saved = [p.detach().clone() for p in self._params]
-        with torch.no_grad():
-            for p, d in zip(self._params, direction):
-                p.add_(d.to(p.dtype), alpha=step)
+        weights = self.weights
+        saved = weights.snapshot()
+        weights.shift(list(direction), step)
         try:
             yield
         finally:
-            with torch.no_grad():
-                for p, s in zip(self._params, saved):
-                    p.copy_(s)
+            weights.restore(saved)
 
     # ----- one outer round -----------------------------------------------------------------------------------------
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
         opt = self.optimizers()
-        params = self._params
-        start = [p.detach().clone() for p in params]
+        weights = self.weights
+        start = weights.snapshot()
         inner_phi = []
         for _ in range(self.inner_steps):
             pg = self.phi_gradient(retain_batch, forget_batch)
             inner_phi.append(float(pg.loss_forget - self.beta * pg.cosine))
-            scale = _clip_scale(pg.grad, self.inner_clip_norm)
-            with torch.no_grad():
-                for p, g in zip(params, pg.grad):
-                    p.add_(g.to(p.dtype), alpha=self.inner_lr * scale)  # ascent on Φ
+            scale = _clip_scale(pg.grad, self.inner_clip_norm, self._reduce)
+            weights.shift(pg.grad, self.inner_lr * scale)  # ascent on Φ
 
         grad_phi, hvp, pg = self.phi_hvp(retain_batch, forget_batch)
-        outer = [g_r.to(p.dtype) + (2.0 * self.rho) * h.to(p.dtype) for p, g_r, h in zip(params, pg.grad_retain, hvp)]
-        scale = _clip_scale(outer, self.outer_clip_norm)
+        views = weights.local_views()
+        outer = [g_r.to(v.dtype).reshape(v.shape) + (2.0 * self.rho) * h.to(v.dtype).reshape(v.shape)
+                 for v, g_r, h in zip(views, pg.grad_retain, hvp)]
+        scale = _clip_scale(outer, self.outer_clip_norm, self._reduce)
         with torch.no_grad():
-            for p, p0, d in zip(params, start, outer):
-                # p.grad = −δ with δ = (θ_T − θ_0) − η_out·d; SGD(lr=1) from θ_0 lands on θ_T − η_out·d.
-                p.grad = (p0 - p) + (self.outer_lr * scale) * d
-                p.copy_(p0)
+            # −δ with δ = (θ_T − θ_0) − η_out·d; SGD(lr=1) from θ_0 lands on θ_T − η_out·d.
+            update = [(p0 - v) + (self.outer_lr * scale) * d for v, p0, d in zip(views, start, outer)]
+        weights.restore(start)
+        if self.zero_stage:  # over the last backward's slices: the update is what the optimizer step applies
+            self.set_update([u.reshape(-1) for u in update])
+        else:
+            for p, u in zip(self._params, update):
+                p.grad = u.reshape(p.shape)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-        grad_norm = float(norm(grad_phi))
+        grad_norm = float(norm(grad_phi, self._reduce))
         if not math.isfinite(grad_norm):
             raise FloatingPointError(f"‖∇Φ‖ is {grad_norm} at step {self.global_step}: lower inner_lr / outer_lr")
         if self.stationarity_tol is not None and grad_norm < self.stationarity_tol:
@@ -182,8 +205,8 @@ class OFMUModule(UnlearningModule):
                             "rounds (stationary); stopping")
         if not self.should_compute_diagnostics():
             return {}
-        logs = {"ofmu/grad_phi_norm": grad_norm, "ofmu/hvp_norm": float(norm(hvp)), "ofmu/rho": self.rho,
-                "ofmu/outer_norm": float(norm(outer)),
+        logs = {"ofmu/grad_phi_norm": grad_norm, "ofmu/hvp_norm": float(norm(hvp, self._reduce)), "ofmu/rho": self.rho,
+                "ofmu/outer_norm": float(norm(outer, self._reduce)),
                 "ofmu/cosine": float(pg.cosine), "train/forget_loss": float(pg.loss_forget),
                 "train/retain_loss": float(pg.loss_retain), "ofmu/phi": float(pg.loss_forget - self.beta * pg.cosine)}
         if inner_phi:
