@@ -26,7 +26,7 @@ def main():
     ap.add_argument("--stage", type=int, default=0)
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--ddp", action="store_true", help="plain DDP instead of DeepSpeed")
-    ap.add_argument("--method", default="hamu", choices=["hamu", "ofmu"])
+    ap.add_argument("--method", default="hamu", choices=["hamu", "ofmu", "simnpo", "idkdpo", "rmu"])
     ap.add_argument("--ckpt-dir")
     ap.add_argument("--resume")
     ap.add_argument("--preempt-at", type=int, help="send SIGUSR1 inside the backward pass of this step")
@@ -44,10 +44,29 @@ def main():
 
         module = OFMUModule(net, inner_steps=args.inner_steps, inner_lr=0.05, beta=0.3, outer_lr=0.05, rho=0.5,
                             hvp="finite_difference", fd_step=1e-2)
+    elif args.method == "simnpo":
+        from lit_unlearn.modules import SimNPOModule
+
+        module = SimNPOModule(net, lr=0.05, optimizer="sgd", weight_decay=0.0)
+    elif args.method == "idkdpo":
+        from lit_unlearn.modules import IdkDPOModule
+
+        module = IdkDPOModule(net, lr=0.01, optimizer="sgd", weight_decay=0.0)
+    elif args.method == "rmu":
+        from lit_unlearn.modules import RMUModule
+
+        module = RMUModule(net, lr=0.05, layer=1, steering=6.5, retain_weight=3.0, optimizer="sgd")
     else:
         module = HAMUModule(net, eta=0.05, quota=0.01)
+    if args.method in ("idkdpo", "rmu"):  # the frozen reference's weights are moved away from the start
+        with torch.no_grad():
+            g = torch.Generator().manual_seed(1)
+            for p in net.parameters():
+                p.add_(0.02 * torch.randn(p.shape, generator=g))
     module.report = False
-    dm = TofuDataModule(TofuSource(args.data), tok, retain_batch_size=8, forget_batch_size=4)
+    alternates = "generated" if args.method == "idkdpo" else None
+    dm = TofuDataModule(TofuSource(args.data), tok, retain_batch_size=8, forget_batch_size=4,
+                        alternate_answers=alternates)
     kwargs = {}
     if args.stage:
         from lit_unlearn.distributed.cpu_deepspeed import CPUDeepSpeedStrategy
@@ -88,6 +107,11 @@ def main():
         state = {n: p.detach().clone() for n, p in module.network.named_parameters()}
     if args.method == "ofmu":
         state["__rho__"] = torch.tensor(module.rho)
+    reference = getattr(module, "_reference", None)
+    if reference is not None:  # the share of the frozen reference this rank holds (ZeRO-3 shards it)
+        local = sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in reference.parameters())
+        state["__reference_share__"] = torch.tensor(local / sum(getattr(p, "ds_numel", p.numel())
+                                                                for p in reference.parameters()))
     if trainer.is_global_zero:
         torch.save(state, args.out)
 

@@ -2,6 +2,7 @@
 one process (the per-layer statistics come from local gradient slices and one all_reduce), DDP too, and a
 sharded checkpoint resumes mid-epoch to the same weights as an uninterrupted run."""
 
+import re
 import subprocess
 import sys
 
@@ -79,6 +80,30 @@ def test_ofmu_finite_difference_under_zero_matches_one_process(assets, tmp_path,
     sharded = run(root, tmp_path / "zero.pt", *ofmu, "--stage", stage, "--devices", "2", env=ds_env)
     assert single.pop("__rho__").item() == sharded.pop("__rho__").item() == pytest.approx(0.2 + 0.3 * 2)
     _assert_same_update(single, sharded, start, tol=1e-3)  # finite differences in float32 amplify reduction noise
+
+
+@pytest.mark.parametrize("method, modes", [("simnpo", [["--stage", "2"]]), ("idkdpo", [["--stage", "3"]]),
+                                           ("rmu", [["--stage", "3"], ["--ddp"]])])
+def test_llm_baselines_under_sharding_match_one_process(assets, tmp_path, ds_env, method, modes):
+    """SimNPO, IdkDPO and RMU (2 steps) make one process's update under ZeRO-2/3 and DDP; under ZeRO-3 the frozen
+    reference is sharded: each of the 2 ranks holds half of it."""
+    root, vocab = assets
+    single = run(root, tmp_path / "one.pt", "--method", method, "--steps", "2", env=ds_env)
+    start = {n: p.detach() for n, p in CausalLM(config=tiny_llama_config(vocab_size=vocab), seed=0).named_parameters()}
+    if method in ("idkdpo", "rmu"):
+        g = torch.Generator().manual_seed(1)
+        start = {n: p + 0.02 * torch.randn(p.shape, generator=g) for n, p in start.items()}
+    if method == "rmu":  # only the down projections of layers 0..1 move
+        start = {n: p for n, p in start.items() if re.search(r"layers\.[01]\.mlp\.down_proj", n)}
+    for extra in modes:
+        sharded = run(root, tmp_path / "two.pt", "--method", method, "--steps", "2", "--devices", "2", *extra,
+                      env=ds_env)
+        if "__reference_share__" in single:
+            assert single["__reference_share__"].item() == 1.0
+            share = sharded.pop("__reference_share__").item()
+            assert share == pytest.approx(0.5, abs=0.01) if extra == ["--stage", "3"] else share == 1.0
+        one = {k: v for k, v in single.items() if k in start}
+        _assert_same_update(one, {k: sharded[k] for k in one}, start, tol=1e-4)
 
 
 def test_ofmu_zero3_resumes_mid_schedule_exactly(assets, tmp_path, ds_env):

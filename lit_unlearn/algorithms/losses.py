@@ -13,10 +13,15 @@ from torch import Tensor
 
 __all__ = [
     "IGNORE_INDEX",
+    "activation_mse",
+    "dpo_loss",
     "kl_to_reference",
     "mean_nll",
     "npo_loss",
+    "rmu_control_vector",
     "sequence_logprob",
+    "simnpo_loss",
+    "target_counts",
 ]
 
 IGNORE_INDEX = -100
@@ -79,3 +84,46 @@ def npo_loss(logprob: Tensor, reference_logprob: Tensor, beta: float = 0.1) -> T
     if beta <= 0:
         raise ValueError(f"NPO needs beta > 0, got {beta}")
     return -(2.0 / beta) * F.logsigmoid(-beta * (logprob - reference_logprob)).mean()
+
+
+def target_counts(labels: Tensor, ignore_index: int = IGNORE_INDEX) -> Tensor:
+    """Positions with a target per example, shape [B]."""
+    return (labels != ignore_index).reshape(labels.shape[0], -1).sum(-1)
+
+
+def simnpo_loss(logprob: Tensor, n_tokens: Tensor, beta: float = 4.5, delta: float = 0.0) -> Tensor:
+    """SimNPO (Fan et al. 2024): −(2/β)·mean log σ(β·(NLL/|y| − δ)), NPO without a reference model, on the
+    length-normalised sequence NLL (open-unlearning's form; defaults β = 4.5, δ = 0)."""
+    if beta <= 0:
+        raise ValueError(f"SimNPO needs beta > 0, got {beta}")
+    normalised_nll = -logprob / n_tokens.clamp_min(1).to(logprob.dtype)
+    return -(2.0 / beta) * F.logsigmoid(beta * (normalised_nll - delta)).mean()
+
+
+def dpo_loss(win_logprob: Tensor, win_reference_logprob: Tensor, lose_logprob: Tensor,
+             lose_reference_logprob: Tensor, beta: float = 0.1) -> Tensor:
+    """DPO (Rafailov et al. 2023) as open-unlearning scales it: −(2/β)·mean log σ(β·(Δ_win − Δ_lose)), Δ the
+    log-probability ratio of a whole answer against the frozen reference. IdkDPO: win = a refusal, lose = the
+    forget answer."""
+    if beta <= 0:
+        raise ValueError(f"DPO needs beta > 0, got {beta}")
+    margin = (win_logprob - win_reference_logprob) - (lose_logprob - lose_reference_logprob)
+    return -(2.0 / beta) * F.logsigmoid(beta * margin).mean()
+
+
+def rmu_control_vector(dim: int, steering: float, seed: int = 0) -> Tensor:
+    """RMU's random direction: u ~ U[0, 1)^d, normalised once, times the steering coefficient c (shape [d])."""
+    u = torch.rand(dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return (u / u.norm() * steering).float()
+
+
+def activation_mse(activations: Tensor, target: Tensor, mask: Tensor) -> Tensor:
+    """RMU's activation loss: squared error averaged over the hidden units, summed over the masked positions,
+    divided by their number per example, averaged over the batch. activations [B, T, d]; target broadcastable;
+    mask [B, T] (answer tokens)."""
+    if activations.shape[:2] != mask.shape:
+        raise ValueError(f"activations {tuple(activations.shape)} and mask {tuple(mask.shape)} disagree on [B, T]")
+    per_position = (_upcast(activations) - _upcast(target)).pow(2).mean(-1)
+    mask = mask.to(per_position.dtype)
+    per_example = (per_position * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)
+    return per_example.mean()

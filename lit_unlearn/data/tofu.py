@@ -11,6 +11,13 @@ Sources
 
 Formatting: the loss is on answer tokens only. `template="plain"` gives "Question: …\nAnswer: …",
 "llama2" the Llama-2 chat form "[INST] … [/INST] …", "chat" the tokenizer's own chat template.
+`input_format="lit-unlearn"` (default) tokenises the prompt and " answer" separately and appends EOS, so the
+answer tokens never depend on the prompt; `input_format="open-unlearning"` tokenises prompt + answer as one
+string with open-unlearning's template tags (plain: "Question: …\nAnswer: …", llama2: "[INST] … [/INST]…" with
+no space before the answer), as its published numbers were produced (docs/llm.md, "Differences").
+
+Refusals: `TofuDataModule(alternate_answers="generated" | path)` adds a refusal to every forget item (as
+`alt_input_ids` / `alt_labels`, padded by `pad_collate`), which IdkDPO prefers to the forget answer.
 """
 
 from __future__ import annotations
@@ -29,10 +36,13 @@ from lit_unlearn.algorithms.losses import IGNORE_INDEX
 from lit_unlearn.data.datamodules import PairedDataModule
 
 __all__ = ["TofuSource", "WaterDrumSource", "QAFormatter", "TokenizedQA", "pad_collate", "TofuDataModule",
-           "FORGET_SPLITS", "QAFinetuneDataModule"]
+           "FORGET_SPLITS", "QAFinetuneDataModule", "INPUT_FORMATS"]
 
 FORGET_SPLITS = {"01": ("forget01", "retain99"), "05": ("forget05", "retain95"), "10": ("forget10", "retain90")}
 TEMPLATES = ("plain", "llama2", "chat")
+INPUT_FORMATS = ("lit-unlearn", "open-unlearning")
+# open-unlearning's template tags (configs/model/*.yaml): user start, user end, assistant start.
+OPEN_UNLEARNING_TAGS = {"plain": ("Question: ", "\n", "Answer: "), "llama2": ("[INST] ", " [/INST]", "")}
 
 
 def _read_local(folder: Path, split: str) -> list[dict]:
@@ -140,12 +150,16 @@ class WaterDrumSource(TofuSource):
 
 
 class QAFormatter:
-    def __init__(self, tokenizer, template: str = "plain", max_length: int = 256) -> None:
+    def __init__(self, tokenizer, template: str = "plain", max_length: int = 256,
+                 input_format: str = "lit-unlearn") -> None:
         if template not in TEMPLATES:
             raise UserError(f"template={template!r}: choose one of {TEMPLATES}")
+        if input_format not in INPUT_FORMATS:
+            raise UserError(f"input_format={input_format!r}: choose one of {INPUT_FORMATS}")
         if tokenizer.pad_token_id is None:
             raise UserError("the tokenizer has no pad token: set tokenizer.pad_token (e.g. to the eos token)")
         self.tokenizer, self.template, self.max_length = tokenizer, template, max_length
+        self.input_format = input_format
 
     def prompt(self, question: str) -> str:
         if self.template == "plain":
@@ -157,12 +171,39 @@ class QAFormatter:
 
     def prompt_ids(self, question: str) -> list[int]:
         tok = self.tokenizer
+        if self.input_format == "open-unlearning":
+            return self._open_unlearning(question, None)[1]
         ids = tok(self.prompt(question), add_special_tokens=False)["input_ids"]
         return ([tok.bos_token_id] if tok.bos_token_id is not None and self.template != "chat" else []) + ids
+
+    def _open_unlearning(self, question: str, answer: str | None) -> tuple[list[int], list[int]]:
+        """(prompt + answer ids, prompt ids) as open-unlearning's preprocess_chat_instance makes them."""
+        tok = self.tokenizer
+        if self.template == "chat":
+            user = [{"role": "user", "content": question}]
+            prompt = list(tok.apply_chat_template(user, tokenize=True, add_generation_prompt=True))
+            if answer is None:
+                return prompt, prompt
+            full = list(tok.apply_chat_template(user + [{"role": "assistant", "content": answer}], tokenize=True,
+                                                add_generation_prompt=False))
+            return full, prompt
+        start, end, assistant = OPEN_UNLEARNING_TAGS[self.template]
+        text = start + question + end + assistant
+        kw = {"add_special_tokens": True, "max_length": self.max_length, "truncation": True}
+        prompt = tok(text, **kw)["input_ids"]
+        return (prompt if answer is None else tok(text + answer, **kw)["input_ids"]), prompt
 
     def encode(self, question: str, answer: str) -> dict[str, Tensor]:
         """input_ids = prompt + " answer" + eos; labels = IGNORE_INDEX on the prompt (loss on the answer only)."""
         tok = self.tokenizer
+        if self.input_format == "open-unlearning":
+            ids, prompt = self._open_unlearning(question, answer)
+            if tok.eos_token_id is not None and ids[-1] != tok.eos_token_id:
+                ids = ids + [tok.eos_token_id]
+            if len(prompt) >= len(ids):
+                raise UserError(f"max_length={self.max_length} leaves no answer token for question {question[:60]!r}")
+            labels = [IGNORE_INDEX] * len(prompt) + ids[len(prompt):]
+            return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels)}
         prompt = self.prompt_ids(question)
         answer_ids = tok(" " + answer.strip(), add_special_tokens=False)["input_ids"]
         if tok.eos_token_id is not None:
@@ -176,7 +217,9 @@ class QAFormatter:
 
 
 class TokenizedQA(Dataset):
-    def __init__(self, rows: list[dict], formatter: QAFormatter, answer_key: str = "answer") -> None:
+    def __init__(self, rows: list[dict], formatter: QAFormatter, answer_key: str = "answer",
+                 alternates: list[str] | None = None, seed: int = 0) -> None:
+        """alternates: answers of which each item gets one (drawn once, seeded) as alt_input_ids / alt_labels."""
         if not rows:
             raise UserError("empty QA split")
         missing = [k for k in ("question", answer_key) if k not in rows[0]]
@@ -184,6 +227,12 @@ class TokenizedQA(Dataset):
             raise UserError(f"QA rows need columns {missing}; got {sorted(rows[0])}")
         self.rows = rows
         self.items = [formatter.encode(r["question"], r[answer_key]) for r in rows]
+        if alternates:
+            # Drawn once per item (open-unlearning draws per access): the same pairs in every epoch and on resume.
+            picks = torch.randint(len(alternates), (len(rows),), generator=torch.Generator().manual_seed(seed))
+            for item, r, k in zip(self.items, rows, picks.tolist()):
+                alt = formatter.encode(r["question"], alternates[k])
+                item["alt_input_ids"], item["alt_labels"] = alt["input_ids"], alt["labels"]
 
     def __len__(self) -> int:
         return len(self.items)
@@ -193,16 +242,23 @@ class TokenizedQA(Dataset):
 
 
 def pad_collate(pad_id: int):
-    """Right-pad a list of {input_ids, labels} to the longest; attention_mask marks the real tokens."""
-    def collate(items: list[dict[str, Tensor]]) -> dict[str, Tensor]:
-        n = max(len(it["input_ids"]) for it in items)
+    """Right-pad a list of {input_ids, labels} to the longest; attention_mask marks the real tokens. Alternate
+    answers (alt_input_ids / alt_labels) are padded the same way, to their own longest, with alt_attention_mask."""
+    def pad(items: list[dict[str, Tensor]], prefix: str) -> dict[str, Tensor]:
+        n = max(len(it[f"{prefix}input_ids"]) for it in items)
         ids = torch.full((len(items), n), pad_id, dtype=torch.long)
         labels = torch.full((len(items), n), IGNORE_INDEX, dtype=torch.long)
         mask = torch.zeros((len(items), n), dtype=torch.long)
         for i, it in enumerate(items):
-            k = len(it["input_ids"])
-            ids[i, :k], labels[i, :k], mask[i, :k] = it["input_ids"], it["labels"], 1
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+            k = len(it[f"{prefix}input_ids"])
+            ids[i, :k], labels[i, :k], mask[i, :k] = it[f"{prefix}input_ids"], it[f"{prefix}labels"], 1
+        return {f"{prefix}input_ids": ids, f"{prefix}attention_mask": mask, f"{prefix}labels": labels}
+
+    def collate(items: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+        batch = pad(items, "")
+        if "alt_input_ids" in items[0]:
+            batch.update(pad(items, "alt_"))
+        return batch
 
     return collate
 
@@ -212,11 +268,15 @@ class TofuDataModule(PairedDataModule):
 
     def __init__(self, source: TofuSource | None = None, tokenizer: Any = None, template: str = "plain",
                  max_length: int = 256, retain_batch_size: int = 32, forget_batch_size: int = 32,
-                 eval_batch_size: int = 64, seed: int = 0, num_workers: int = 0) -> None:
+                 eval_batch_size: int = 64, seed: int = 0, num_workers: int = 0,
+                 alternate_answers: str | None = None, input_format: str = "lit-unlearn") -> None:
         """
         Args:
             source: TofuSource / WaterDrumSource (default: the hub's locuslab/TOFU, forget10).
             tokenizer: a `transformers` tokenizer or its name/path (AutoTokenizer.from_pretrained).
+            alternate_answers: "generated" (lit_unlearn.data.refusals) or a file of refusals, one per line (e.g.
+                TOFU's idontknow.jsonl): every forget item gets one, for IdkDPO.
+            input_format: "lit-unlearn" or "open-unlearning" (how prompt and answer are tokenised; see above).
         """
         super().__init__(retain_batch_size, forget_batch_size, eval_batch_size, seed, num_workers)
         self.source = source or TofuSource()
@@ -227,12 +287,18 @@ class TofuDataModule(PairedDataModule):
 
             tokenizer = load_tokenizer(str(tokenizer))
         self.tokenizer = tokenizer
-        self.formatter = QAFormatter(tokenizer, template, max_length)
+        self.formatter = QAFormatter(tokenizer, template, max_length, input_format)
         self.collate_fn = pad_collate(tokenizer.pad_token_id)
+        self.alternates = None
+        if alternate_answers is not None:
+            from lit_unlearn.data.refusals import refusals
+
+            self.alternates = refusals(alternate_answers, seed)
 
     def build(self):
         forget_rows, retain_rows = self.source.forget_retain()
-        forget, retain = TokenizedQA(forget_rows, self.formatter), TokenizedQA(retain_rows, self.formatter)
+        forget = TokenizedQA(forget_rows, self.formatter, alternates=self.alternates, seed=self.seed)
+        retain = TokenizedQA(retain_rows, self.formatter)
         evals: dict[str, Dataset] = {"forget": forget, "retain": retain}
         return retain, forget, evals
 

@@ -5,12 +5,16 @@ from lit_unlearn.modules.ft import FTModule
 from lit_unlearn.modules.ga import GAModule
 from lit_unlearn.modules.graddiff import GradDiffModule
 from lit_unlearn.modules.hamu import HAMUModule
+from lit_unlearn.modules.idkdpo import IdkDPOModule
 from lit_unlearn.modules.kl import KLModule
 from lit_unlearn.modules.npo import NPOModule
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
 from lit_unlearn.modules.ofmu import OFMUModule
+from lit_unlearn.modules.rmu import RMUModule
 from lit_unlearn.modules.scrub import SCRUBModule
+from lit_unlearn.modules.simnpo import SimNPOModule
 from lit_unlearn.modules.unlearning import UnlearningModule
 
-__all__ = ["ClassifierModule", "FTModule", "GAModule", "GradDiffModule", "HAMUModule", "KLModule", "NPOModule",
-           "ObjectiveUnlearningModule", "OFMUModule", "SCRUBModule", "SupervisedModule", "UnlearningModule"]
+__all__ = ["ClassifierModule", "FTModule", "GAModule", "GradDiffModule", "HAMUModule", "IdkDPOModule", "KLModule",
+           "NPOModule", "ObjectiveUnlearningModule", "OFMUModule", "RMUModule", "SCRUBModule", "SimNPOModule",
+           "SupervisedModule", "UnlearningModule"]

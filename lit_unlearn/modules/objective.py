@@ -4,7 +4,9 @@ A subclass implements `objective(retain_batch, forget_batch) -> (loss to minimis
 compare with the original model (KL, NPO, SCRUB) set `uses_reference = True` and read `self.reference`: a
 frozen copy of the network taken at construction, i.e. of the target weights. It is deliberately not a
 registered submodule, so checkpoints do not store a second copy of the model; a resumed run rebuilds it from
-`target_ckpt` exactly as the first run did.
+`target_ckpt` exactly as the first run did. Under DeepSpeed ZeRO-3 it is registered (as `frozen_reference`)
+before the engine is built, so that its weights are sharded like the trained model's instead of replicated on
+every GPU; the sharded checkpoint then holds its slices too.
 """
 
 from __future__ import annotations
@@ -64,8 +66,19 @@ class ObjectiveUnlearningModule(UnlearningModule):
         return self.logits_and_labels(batch, self.reference)[0]
 
     # ----- Lightning plumbing ---------------------------------------------------------------------------------------
-    def on_fit_start(self) -> None:
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if self._reference is not None and self.zero_stage == 3 and "frozen_reference" not in self._modules:
+            self.add_module("frozen_reference", self._reference)  # partitioned by the engine built after setup()
+
+    def train(self, mode: bool = True):
+        super().train(mode)
         if self._reference is not None:
+            self._reference.eval()  # the reference is a fixed function: no dropout, frozen statistics
+        return self
+
+    def on_fit_start(self) -> None:
+        if self._reference is not None and "frozen_reference" not in self._modules:  # registered: the engine placed it
             self._reference.to(device=self.device)
 
     def configure_optimizers(self):
