@@ -27,7 +27,8 @@ class TofuEvaluation(Callback):
     kind = "tofu"
     def __init__(self, source=None, reference: str | None = None, template: str | None = None,
                  max_new_tokens: int = 200, batch_size: int = 32, every_n_epochs: int = 0,
-                 evaluate_at_start: bool = False, require_reference: bool = False) -> None:
+                 evaluate_at_start: bool = False, require_reference: bool = False,
+                 mia_convention: str = "lit-unlearn", gradnorm: bool = True) -> None:
         """
         Args:
             source: a TofuSource for the eval splits (default: the datamodule's source).
@@ -35,11 +36,18 @@ class TofuEvaluation(Callback):
             template: QA template (default: the datamodule's).
             every_n_epochs: also evaluate after every n-th validation (0: only at the end).
             evaluate_at_start: evaluate once before the first step too (logged at step 0).
+            mia_convention: "lit-unlearn" or "open-unlearning" (Min-K%, Min-K%++, zlib, ES/EM, privleak fallback
+                exactly as open-unlearning computes them; the input format follows the datamodule's).
+            gradnorm: run the gradient-norm MIA in full reports (one backward pass per forget/holdout item).
         """
         super().__init__()
         self.source, self.reference, self.template = source, reference, template
         self.max_new_tokens, self.batch_size, self.every_n_epochs = max_new_tokens, batch_size, every_n_epochs
         self.evaluate_at_start, self.require_reference = evaluate_at_start, require_reference
+        self.mia_convention, self.gradnorm = mia_convention, gradnorm
+        from lit_unlearn.metrics.mia_convention import get_convention
+
+        get_convention(mia_convention)  # a typo fails at construction, not after training
         self._evaluator = None
         self.last_report = None
 
@@ -51,10 +59,13 @@ class TofuEvaluation(Callback):
             source = self.source or getattr(dm, "source", None)
             if source is None or not hasattr(source, "eval_splits"):
                 raise UserError("TofuEvaluation needs a TofuSource (give `source=` or use a TofuDataModule)")
-            template = self.template or getattr(getattr(dm, "formatter", None), "template", "plain")
+            formatter = getattr(dm, "formatter", None)
+            template = self.template or getattr(formatter, "template", "plain")
             self._evaluator = TofuEvaluator(dm.tokenizer, source.eval_splits(), template=template,
                                             max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,
-                                            reference=self.reference, require_reference=self.require_reference)
+                                            reference=self.reference, require_reference=self.require_reference,
+                                            mia_convention=self.mia_convention, gradnorm=self.gradnorm,
+                                            input_format=getattr(formatter, "input_format", "lit-unlearn"))
         return self._evaluator
 
     def evaluate(self, trainer, pl_module, tag: str):

@@ -9,6 +9,10 @@ a reference it is reported as missing, loudly (a warning, "n/a" in the table, `f
 never silently; `require_reference=True` makes it an error.
 
 Under data parallelism each process scores items rank::world_size and the torchmetrics states gather them.
+
+Scoring is one teacher-forced pass per distinct (question, answer) of a split, answer variants batched together
+and sorted by length, and only per-token scalars are kept (log p(y_t), the moments of log p for Min-K%++, and
+whether the argmax is y_t): no logits leave the batch. The membership pass reuses the forget answers' pass.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from lit_unlearn.algorithms.losses import IGNORE_INDEX
 from lit_unlearn.batches import logits_and_labels
 from lit_unlearn.data.tofu import QAFormatter, pad_collate
 from lit_unlearn.metrics import tofu_math
+from lit_unlearn.metrics.mia_convention import MIAConvention, get_convention
 from lit_unlearn.metrics.tofu_metrics import (
     AnswerProbability,
     ForgetQuality,
@@ -52,7 +57,35 @@ TARGET_METRICS = {
     "model_utility": ("model_utility", None, True, False),
 }
 KNOWLEDGE = ("real_authors", "world_facts")  # truth ratio and probability against the original answer
-MIA_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus")
+MIA_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus")  # from the scoring pass; gradnorm and reference apart
+
+
+@dataclass
+class AnswerStats:
+    """One (question, answer)'s scores: scalars and per-answer-token scalars (no logits)."""
+    nll: float          # mean NLL over every answer token (TOFU's length-normalised loss)
+    logp: Tensor        # [n] log p(y_t)
+    mu: Tensor          # [n] E_p[log p] at each position (Min-K%++)
+    var: Tensor         # [n] Var_p[log p]
+    correct: Tensor     # [n] argmax == y_t (extraction strength, exact memorisation)
+    label_ids: Tensor   # [n] the answer tokens (zlib on decoded text)
+
+    def scored(self, drop_last: bool) -> "AnswerStats":
+        """Without the last answer token (EOS), as open-unlearning's token-wise scores are."""
+        if not drop_last:
+            return self
+        return AnswerStats(self.nll, self.logp[:-1], self.mu[:-1], self.var[:-1], self.correct[:-1],
+                           self.label_ids[:-1])
+
+
+def _restore_order(values: list[float], world: int) -> list[float]:
+    """Per-item values gathered from rank::world shards (rank 0's, then rank 1's, ...) back in item order."""
+    n = len(values)
+    order = [i for r in range(world) for i in range(r, n, world)]
+    out = [0.0] * n
+    for j, i in enumerate(order):
+        out[i] = values[j]
+    return out
 
 
 @dataclass
@@ -60,17 +93,20 @@ class TofuReport:
     summary: dict[str, float | None]
     per_item: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    mia_convention: str = "lit-unlearn"
 
     def table(self) -> str:
         rows = ["| metric | value |", "|---|---|"]
         for key, value in self.summary.items():
             rows.append(f"| {key} | {'n/a' if value is None else f'{value:.4g}'} |")
-        return "\n".join(rows + [""] + [f"- {n}" for n in self.notes])
+        notes = [f"MIA / memorisation convention: {self.mia_convention}"] + self.notes
+        return "\n".join(rows + [""] + [f"- {n}" for n in notes])
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"summary": self.summary, "per_item": self.per_item, "notes": self.notes}, indent=1))
+        path.write_text(json.dumps({"summary": self.summary, "mia_convention": self.mia_convention,
+                                    "per_item": self.per_item, "notes": self.notes}, indent=1))
         return path
 
 
@@ -100,56 +136,108 @@ def _load_reference(reference: str | Path | dict | None) -> dict | None:
 class TofuEvaluator:
     def __init__(self, tokenizer, eval_splits: dict[str, list[dict]], template: str = "plain", max_length: int = 256,
                  max_new_tokens: int = 200, batch_size: int = 32, reference: str | Path | dict | None = None,
-                 require_reference: bool = False, min_k: float = 0.4) -> None:
+                 require_reference: bool = False, min_k: float = 0.4, mia_convention: str = "lit-unlearn",
+                 input_format: str = "lit-unlearn", gradnorm: bool = True, gradnorm_p: float = 2.0) -> None:
+        """
+        Args:
+            mia_convention: "lit-unlearn" or "open-unlearning" (Min-K%, Min-K%++, zlib, ES/EM and privleak's
+                fallback computed exactly as open-unlearning does; docs/llm.md lists the differences).
+            input_format: "lit-unlearn" or "open-unlearning" (its tokenisation of the template).
+            gradnorm: run the gradient-norm MIA (one backward pass per forget/holdout item).
+        """
         if "forget" not in eval_splits:
             raise UserError("the TOFU evaluation needs a 'forget' split (with perturbed answers)")
-        self.formatter = QAFormatter(tokenizer, template, max_length)
+        self.formatter = QAFormatter(tokenizer, template, max_length, input_format=input_format)
         self.tokenizer, self.splits = tokenizer, eval_splits
         self.max_new_tokens, self.batch_size, self.min_k = max_new_tokens, batch_size, min_k
+        self.convention: MIAConvention = get_convention(mia_convention)
+        self.gradnorm, self.gradnorm_p = gradnorm, gradnorm_p
         self.reference = _load_reference(reference)
         if require_reference and self.reference is None:
             raise UserError("require_reference=True but no reference evaluation of the retrained model was given")
         self._collate = pad_collate(tokenizer.pad_token_id)
+        self._encoded: dict[tuple[str, str], dict[str, Tensor]] = {}  # the data never changes: tokenise once
+        self._stats: dict[tuple[str, str], AnswerStats] = {}          # one run's scores (cleared per run)
 
     # ----- model passes -------------------------------------------------------------------------------------------
-    def _batches(self, pairs: list[tuple[str, str]]):
-        for i in range(0, len(pairs), self.batch_size):
-            yield self._collate([self.formatter.encode(q, a) for q, a in pairs[i:i + self.batch_size]])
+    def _encode(self, pair: tuple[str, str]) -> dict[str, Tensor]:
+        if pair not in self._encoded:
+            self._encoded[pair] = self.formatter.encode(*pair)
+        return self._encoded[pair]
 
     @torch.no_grad()
-    def _answer_stats(self, network: nn.Module, pairs: list[tuple[str, str]], device) -> tuple[Tensor, list[Tensor],
-                                                                                                list[Tensor]]:
-        """Per pair: mean answer-token NLL, and the answer tokens' log-probs and logits (for the MIA scores)."""
-        nlls, token_logps, token_logits = [], [], []
-        for batch in self._batches(pairs):
-            batch = {k: v.to(device) for k, v in batch.items()}
+    def _answer_stats(self, network: nn.Module, pairs: list[tuple[str, str]], device) -> list[AnswerStats]:
+        """Every pair's AnswerStats; pairs not yet scored in this run go through the model, sorted by length."""
+        todo = sorted({p for p in pairs if p not in self._stats}, key=lambda p: len(self._encode(p)["input_ids"]))
+        for i in range(0, len(todo), self.batch_size):
+            chunk = todo[i:i + self.batch_size]
+            batch = {k: v.to(device) for k, v in self._collate([self._encode(p) for p in chunk]).items()}
             logits, labels = logits_and_labels(network, batch)
             logp = torch.log_softmax(logits.float(), -1)
             valid = labels != IGNORE_INDEX
-            picked = logp.gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)
-            for i in range(labels.shape[0]):
-                lp = picked[i][valid[i]]
-                nlls.append(-lp.mean())
-                token_logps.append(lp.cpu())
-                token_logits.append(logits[i][valid[i]].float().cpu())
-        return torch.stack(nlls).cpu().double(), token_logps, token_logits
+            target = labels.clamp_min(0)
+            picked = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            prob = logp.exp()
+            mu = (prob * logp).sum(-1)
+            var = (prob * logp.square()).sum(-1) - mu.square()
+            correct = logp.argmax(-1) == target
+            del logp, prob
+            for j, pair in enumerate(chunk):
+                m = valid[j]
+                lp = picked[j][m].cpu()
+                self._stats[pair] = AnswerStats(float(-lp.double().mean()), lp, mu[j][m].cpu(), var[j][m].cpu(),
+                                                correct[j][m].cpu(), labels[j][m].cpu())
+        return [self._stats[p] for p in pairs]
 
     def _nll(self, network, pairs, device) -> Tensor:
-        return self._answer_stats(network, pairs, device)[0]
+        return torch.tensor([s.nll for s in self._answer_stats(network, pairs, device)], dtype=torch.float64)
+
+    def _grad_norms(self, network: nn.Module, pairs: list[tuple[str, str]], device) -> Tensor:
+        """Gradient-norm MIA scores: per item, the mean over parameter tensors of ‖∇ mean answer NLL‖_p."""
+        params = [q for q in network.parameters() if q.requires_grad]
+        enabled = []
+        if not params:  # a frozen model (e.g. evaluated standalone): differentiate w.r.t. its float weights
+            enabled = [q for q in network.parameters() if q.is_floating_point()]
+            for q in enabled:
+                q.requires_grad_(True)
+            params = enabled
+        drop_last = self.convention.drop_last_token
+        out = []
+        try:
+            for pair in pairs:
+                batch = {k: v.to(device) for k, v in self._collate([self._encode(pair)]).items()}
+                with torch.enable_grad():
+                    logits, labels = logits_and_labels(network, batch)
+                    valid = (labels != IGNORE_INDEX)[0]
+                    lp = torch.log_softmax(logits[0][valid].float(), -1).gather(
+                        -1, labels[0][valid].unsqueeze(-1)).squeeze(-1)
+                    lp = lp[:-1] if drop_last and lp.numel() > 1 else lp
+                    grads = torch.autograd.grad(-lp.mean(), params, allow_unused=True)
+                norms = [g.detach().float().norm(p=self.gradnorm_p) for g in grads if g is not None]
+                out.append(torch.stack(norms).mean().item())
+        finally:
+            for q in enabled:
+                q.requires_grad_(False)
+        return torch.tensor(out, dtype=torch.float64)
 
     @torch.no_grad()
     def _generate(self, network: nn.Module, questions: list[str], device) -> list[str]:
-        tok, out = self.tokenizer, []
-        for i in range(0, len(questions), self.batch_size):
-            prompts = [self.formatter.prompt_ids(q) for q in questions[i:i + self.batch_size]]
-            n = max(len(p) for p in prompts)
-            ids = torch.full((len(prompts), n), tok.pad_token_id, dtype=torch.long)
+        """Greedy answers, batched (left padding) with the KV cache; prompts sorted by length to waste less padding."""
+        tok, out = self.tokenizer, [None] * len(questions)
+        prompts = [self.formatter.prompt_ids(q) for q in questions]
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        for i in range(0, len(order), self.batch_size):
+            idx = order[i:i + self.batch_size]
+            n = max(len(prompts[j]) for j in idx)
+            ids = torch.full((len(idx), n), tok.pad_token_id, dtype=torch.long)
             mask = torch.zeros_like(ids)
-            for j, p in enumerate(prompts):  # left padding: generation continues right after each prompt
-                ids[j, n - len(p):], mask[j, n - len(p):] = torch.tensor(p), 1
+            for row, j in enumerate(idx):  # left padding: generation continues right after each prompt
+                ids[row, n - len(prompts[j]):], mask[row, n - len(prompts[j]):] = torch.tensor(prompts[j]), 1
             gen = network.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=self.max_new_tokens,
-                                   pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-            out += [tok.decode(g, skip_special_tokens=True).strip() for g in gen]
+                                   use_cache=True, pad_token_id=tok.pad_token_id,
+                                   eos_token_id=tok.eos_token_id)
+            for row, j in enumerate(idx):
+                out[j] = tok.decode(gen[row], skip_special_tokens=True).strip()  # only the new tokens
         return out
 
     # ----- the evaluation -----------------------------------------------------------------------------------------
@@ -174,6 +262,7 @@ class TofuEvaluator:
         summary: dict[str, float | None] = {}
         per_item: dict[str, dict[str, list[float]]] = {}
         notes: list[str] = []
+        self._stats = {}  # the weights changed since the last run
         try:
             for name, rows in self.splits.items():
                 if name == "holdout" or (splits is not None and name not in splits):
@@ -181,26 +270,31 @@ class TofuEvaluator:
                 mine = rows[rank::world]
                 per_item[name] = self._score_split(network, name, mine, device, summary, world, generate)
             if membership:
-                self._membership(network, device, rank, world, summary, notes)
+                self._membership(network, device, rank, world, summary, per_item, notes, full=only is None)
         finally:
             network.train(was_training)
+            self._stats = {}
         self._aggregate(summary, per_item, notes, partial=only is not None)
-        return TofuReport(summary, per_item, notes)
+        return TofuReport(summary, per_item, notes, self.convention.name)
 
     def _score_split(self, network, name, rows, device, summary, world, generate=True) -> dict[str, list[float]]:
         has_perturbed = bool(rows) and "perturbed_answer" in rows[0]
         knowledge = name in KNOWLEDGE
-        nll = self._nll(network, [(r["question"], r["answer"]) for r in rows], device)
-        out: dict[str, list[float]] = {}
+        answers = [(r["question"], r["answer"]) for r in rows]
+        correct_key = "answer" if knowledge or not rows or "paraphrased_answer" not in rows[0] else "paraphrased_answer"
+        pairs = list(answers)
         if has_perturbed:
             k = len(rows[0]["perturbed_answer"])
             if any(len(r["perturbed_answer"]) != k for r in rows):
                 raise UserError(f"split {name!r}: every item needs the same number of perturbed answers")
-            flat = [(r["question"], a) for r in rows for a in r["perturbed_answer"]]
-            nll_pert = self._nll(network, flat, device).reshape(len(rows), k)
-            correct_key = "answer" if knowledge or "paraphrased_answer" not in rows[0] else "paraphrased_answer"
-            nll_correct = nll if correct_key == "answer" else \
-                self._nll(network, [(r["question"], r[correct_key]) for r in rows], device)
+            pairs += [(r["question"], r[correct_key]) for r in rows] + \
+                [(r["question"], a) for r in rows for a in r["perturbed_answer"]]
+        stats = self._answer_stats(network, pairs, device)  # every variant of the split in one batched pass
+        nll = torch.tensor([st.nll for st in stats[:len(rows)]], dtype=torch.float64)
+        out: dict[str, list[float]] = {}
+        if has_perturbed:
+            nll_correct = torch.tensor([st.nll for st in stats[len(rows):2 * len(rows)]], dtype=torch.float64)
+            nll_pert = torch.tensor([st.nll for st in stats[2 * len(rows):]], dtype=torch.float64).reshape(len(rows), k)
             tr = TruthRatio("forget" if name == "forget" else "true")
             tr.update(nll_correct, nll_pert)
             summary[f"{name}/truth_ratio"] = tr.compute().item()
@@ -215,6 +309,14 @@ class TofuEvaluator:
         mean_nll = ItemMean()  # mean answer NLL, gathered over processes like the other per-item values
         mean_nll.update(nll)
         summary[f"{name}/nll"] = mean_nll.compute().item()
+        conv = self.convention
+        for key, fn in (("es", lambda c: tofu_math.extraction_strength(c, conv.es_no_suffix_is_last)),
+                        ("em", tofu_math.exact_memorization)):
+            metric = ItemMean()
+            metric.update(torch.tensor([fn(st.scored(conv.drop_last_token).correct) for st in stats[:len(rows)]],
+                                       dtype=torch.float64))
+            summary[f"{name}/{key}"] = metric.compute().item()
+            out[key] = metric.per_item().tolist()
         if not generate:
             return out
         rouge = RougeLRecall()
@@ -223,24 +325,71 @@ class TofuEvaluator:
         out["rouge"] = rouge.per_item().tolist()
         return out
 
-    def _membership(self, network, device, rank, world, summary, notes) -> None:
+    def _attack_scores(self, rows: list[dict], stats: list[AnswerStats]) -> dict[str, Tensor]:
+        conv, k = self.convention, self.min_k
+        scored = [st.scored(conv.drop_last_token) for st in stats]
+        if conv.zlib_text == "answer":
+            texts = [r["answer"] for r in rows]
+        else:
+            texts = [self.tokenizer.decode(st.label_ids.tolist(), skip_special_tokens=True) for st in stats]
+        as_tensor = lambda xs: torch.tensor(xs, dtype=torch.float64)  # noqa: E731
+        return {"loss": as_tensor([st.nll for st in stats]),
+                "zlib": as_tensor([tofu_math.zlib_score(st.nll, t) for st, t in zip(stats, texts)]),
+                "min_k": as_tensor([tofu_math.min_k_score(st.logp, k, conv.k_rounding) for st in scored]),
+                "min_k_plus_plus": as_tensor([tofu_math.min_k_plus_plus_from_moments(
+                    st.logp, st.mu, st.var, k, conv.k_rounding, conv.var_floor) for st in scored])}
+
+    def _membership(self, network, device, rank, world, summary, per_item, notes, full: bool = True) -> None:
+        """Forget (members: label 0) vs holdout (label 1) AUCs of the loss, zlib, Min-K%, Min-K%++ attacks; in a
+        full report also gradnorm and the reference attack, and the per-item NLLs a later run's reference MIA
+        needs (in item order)."""
         holdout = self.splits.get("holdout")
         if not holdout:
             notes.append("membership inference: no holdout split, MIA AUCs not computed")
             return
-        metrics = {a: MembershipAUC() for a in MIA_ATTACKS}
-        for rows, is_holdout in ((self.splits["forget"][rank::world], False), (holdout[rank::world], True)):
+        attacks = list(MIA_ATTACKS)
+        run_gradnorm = full and self.gradnorm
+        if run_gradnorm and any(hasattr(q, "ds_id") for q in network.parameters()):
+            run_gradnorm = False
+            notes.append("gradnorm MIA not computed: the parameters are ZeRO-3 partitioned (evaluate the saved "
+                         "model with `lit-unlearn tofu-eval` for it)")
+        attacks += ["gradnorm"] if run_gradnorm else []
+        ref_nll = self._reference_nll() if full else None
+        if full and self.reference is not None and ref_nll is None:
+            notes.append("reference MIA not computed: the reference report has no per-item forget/holdout NLLs "
+                         "(save it again with this version)")
+        attacks += ["reference"] if ref_nll is not None else []
+        metrics = {a: MembershipAUC() for a in attacks}
+        nll_items = {}
+        for split, all_rows, is_holdout in (("forget", self.splits["forget"], False), ("holdout", holdout, True)):
+            rows = all_rows[rank::world]
             pairs = [(r["question"], r["answer"]) for r in rows]
-            nll, logps, logits = self._answer_stats(network, pairs, device)
-            scores = {"loss": nll,
-                      "zlib": torch.tensor([tofu_math.zlib_score(n.item(), r["answer"]) for n, r in zip(nll, rows)]),
-                      "min_k": torch.tensor([tofu_math.min_k_score(lp, self.min_k) for lp in logps]),
-                      "min_k_plus_plus": torch.tensor([tofu_math.min_k_plus_plus_score(lp, lg, self.min_k)
-                                                       for lp, lg in zip(logps, logits)])}
+            stats = self._answer_stats(network, pairs, device)
+            scores = self._attack_scores(rows, stats)
+            if run_gradnorm:
+                scores["gradnorm"] = self._grad_norms(network, pairs, device)
+            if ref_nll is not None:
+                ref = ref_nll[split]
+                if len(ref) != len(all_rows):
+                    raise UserError(f"the reference report scored {len(ref)} {split} items, this data has "
+                                    f"{len(all_rows)}: evaluate the retain-only model on the same data")
+                mine = torch.tensor(ref[rank::world], dtype=torch.float64)
+                scores["reference"] = scores["loss"] - mine
             for a, m in metrics.items():
                 m.update(scores[a], is_holdout)
+            nll_items[split] = ItemMean()
+            nll_items[split].update(scores["loss"])
         for a, m in metrics.items():
             summary[f"mia/{a}_auc"] = m.compute().item()
+        if full:
+            per_item["mia"] = {f"{split}_nll": _restore_order(m.per_item().tolist(), world)
+                               for split, m in nll_items.items()}
+
+    def _reference_nll(self) -> dict[str, list[float]] | None:
+        mia = ((self.reference or {}).get("per_item") or {}).get("mia") or {}
+        if not mia.get("forget_nll") or not mia.get("holdout_nll"):
+            return None
+        return {"forget": mia["forget_nll"], "holdout": mia["holdout_nll"]}
 
     def _aggregate(self, summary, per_item, notes, partial: bool = False) -> None:
         summary["forget_truth_ratio"] = summary.get("forget/truth_ratio")
@@ -255,9 +404,7 @@ class TofuEvaluator:
             if ref is not None and "truth_ratio" in per_item.get("forget", {}):
                 summary["forget_quality"] = tofu_math.forget_quality(per_item["forget"]["truth_ratio"],
                                                                      ref["per_item"]["forget"]["truth_ratio"])
-            ref_auc = (ref or {}).get("summary", {}).get("mia/min_k_auc")
-            if ref_auc is not None and summary.get("mia/min_k_auc") is not None and not math.isclose(ref_auc, 1.0):
-                summary["privleak"] = tofu_math.privleak(summary["mia/min_k_auc"], ref_auc)
+            self._privleak(summary, notes)
             return
         if ref is None:
             summary["forget_quality"] = None
@@ -270,10 +417,28 @@ class TofuEvaluator:
             fq = ForgetQuality(ref_tr)
             fq.values = [torch.tensor(per_item["forget"]["truth_ratio"], dtype=torch.float64)]
             summary["forget_quality"] = fq.compute().item()
-            ref_auc = ref["summary"].get("mia/min_k_auc")
-            if ref_auc is not None and summary.get("mia/min_k_auc") is not None and not math.isclose(ref_auc, 1.0):
-                summary["privleak"] = tofu_math.privleak(summary["mia/min_k_auc"], ref_auc)
+            ref_convention = ref.get("mia_convention", "lit-unlearn")
+            if ref_convention != self.convention.name:
+                notes.append(f"the reference report used the {ref_convention} MIA convention, this one "
+                             f"{self.convention.name}: privleak compares AUCs computed differently")
+        self._privleak(summary, notes)
         ordered = {k: summary.get(k) for k in HEADLINE}
         ordered.update({k: v for k, v in summary.items() if k not in ordered})
         summary.clear()
         summary.update(ordered)
+
+    def _privleak(self, summary, notes) -> None:
+        """Min-K% AUC relative to the retain-only model's. Without a reference: omitted (ours), or against the
+        convention's fallback AUC (open-unlearning: 0.5), with a note either way."""
+        auc = summary.get("mia/min_k_auc")
+        if auc is None:
+            return
+        ref_auc = ((self.reference or {}).get("summary") or {}).get("mia/min_k_auc")
+        conv = self.convention
+        if ref_auc is None and conv.privleak_fallback_auc is not None:
+            ref_auc = conv.privleak_fallback_auc
+            notes.append(f"privleak against a fallback retain AUC of {ref_auc} (no reference report), as "
+                         "open-unlearning reports it")
+        if ref_auc is None or (conv.privleak_eps == 0 and math.isclose(ref_auc, 1.0)):
+            return
+        summary["privleak"] = tofu_math.privleak(auc, ref_auc, conv.privleak_eps)

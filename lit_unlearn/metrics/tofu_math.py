@@ -26,7 +26,10 @@ __all__ = [
     "rouge_l_recall",
     "min_k_score",
     "min_k_plus_plus_score",
+    "min_k_plus_plus_from_moments",
     "zlib_score",
+    "extraction_strength",
+    "exact_memorization",
     "auc",
     "privleak",
 ]
@@ -96,19 +99,48 @@ def rouge_l_recall(predictions: Sequence[str], references: Sequence[str]) -> lis
     return [_SCORER.score(ref, pred)["rougeL"].recall for pred, ref in zip(predictions, references)]
 
 
-def min_k_score(token_logprobs: Tensor, k: float = 0.4) -> float:
-    """Min-K%: −mean of the lowest ⌈k·|y|⌉ token log-probabilities of one answer (higher: less likely seen)."""
-    n = max(1, math.ceil(k * token_logprobs.numel()))
+def min_k_score(token_logprobs: Tensor, k: float = 0.4, rounding: str = "ceil") -> float:
+    """Min-K%: −mean of the lowest k·|y| token log-probabilities of one answer (higher: less likely seen).
+    rounding: "ceil" (ours) or "floor" (open-unlearning's int(k·n)); at least one token either way."""
+    if token_logprobs.numel() == 0:
+        return 0.0  # open-unlearning's value for an answer with no scored token
+    kn = k * token_logprobs.numel()
+    n = max(1, math.ceil(kn) if rounding == "ceil" else int(kn))
     return -torch.sort(token_logprobs).values[:n].mean().item()
 
 
+def min_k_plus_plus_from_moments(token_logprobs: Tensor, mu: Tensor, var: Tensor, k: float = 0.4,
+                                 rounding: str = "ceil", var_floor: float = 1e-12) -> float:
+    """Min-K%++ from per-token moments of log p under p (μ_t = E[log p], var_t = E[log² p] − μ_t²): Min-K% on
+    (log p(y_t) − μ_t)/σ_t. var_floor: the lower bound on σ² (ours 1e-12, open-unlearning's 1e-6)."""
+    return min_k_score((token_logprobs - mu) / var.clamp_min(var_floor).sqrt(), k, rounding)
+
+
 def min_k_plus_plus_score(token_logprobs: Tensor, token_logits: Tensor, k: float = 0.4) -> float:
-    """Min-K%++: Min-K% on (log p(y_t) − μ_t)/σ_t, μ_t and σ_t the mean and std of log p under p itself."""
+    """Min-K%++ from the answer tokens' logits (the moments are computed here)."""
     logp = torch.log_softmax(token_logits.float(), -1)
     p = logp.exp()
     mu = (p * logp).sum(-1)
-    sigma = ((p * logp**2).sum(-1) - mu**2).clamp_min(1e-12).sqrt()
-    return min_k_score((token_logprobs - mu) / sigma, k)
+    return min_k_plus_plus_from_moments(token_logprobs, mu, (p * logp**2).sum(-1) - mu**2, k)
+
+
+def extraction_strength(correct: Tensor, no_suffix_is_last: bool = False) -> float:
+    """ES = 1 − k/n, k the smallest index from which every teacher-forced argmax prediction equals the label
+    (correct: [n] bools). When even the last token is wrong, k = n (ES = 0); open-unlearning's loop leaves
+    k = n − 1 there (ES = 1/n): no_suffix_is_last=True reproduces that."""
+    n = correct.numel()
+    if n == 0:
+        return 0.0
+    wrong = (~correct.bool()).nonzero()
+    k = 0 if wrong.numel() == 0 else int(wrong[-1]) + 1
+    if k == n and no_suffix_is_last:
+        k = n - 1
+    return 1.0 - k / n
+
+
+def exact_memorization(correct: Tensor) -> float:
+    """EM: the fraction of answer tokens whose teacher-forced argmax prediction is the label."""
+    return correct.double().mean().item() if correct.numel() else 0.0
 
 
 def zlib_score(nll: float, text: str) -> float:
@@ -124,6 +156,6 @@ def auc(scores_forget: Sequence[float], scores_holdout: Sequence[float]) -> floa
     return float(roc_auc_score(labels, list(scores_forget) + list(scores_holdout)))
 
 
-def privleak(auc_unlearned: float, auc_retrained: float) -> float:
-    """((1 − AUC) − (1 − AUC_retrain)) / (1 − AUC_retrain) · 100."""
-    return ((1 - auc_unlearned) - (1 - auc_retrained)) / (1 - auc_retrained) * 100
+def privleak(auc_unlearned: float, auc_retrained: float, eps: float = 0.0) -> float:
+    """((1 − AUC) − (1 − AUC_retrain)) / (1 − AUC_retrain + eps) · 100 (open-unlearning adds eps = 1e-10)."""
+    return ((1 - auc_unlearned) - (1 - auc_retrained)) / (1 - auc_retrained + eps) * 100

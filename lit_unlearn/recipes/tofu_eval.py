@@ -29,6 +29,11 @@ def main(argv: list[str]) -> None:
     p.add_argument("--require-reference", action="store_true", help="fail instead of reporting FQ as missing")
     p.add_argument("--save", help="write the report (summary + per-item values) as JSON here")
     p.add_argument("--logdir", help="also log the summary as TensorBoard scalars (tofu/...) here")
+    p.add_argument("--mia-convention", default="lit-unlearn", choices=["lit-unlearn", "open-unlearning"],
+                   help="how Min-K%%, Min-K%%++, zlib, ES/EM and privleak's fallback are computed (docs/llm.md)")
+    p.add_argument("--input-format", default="lit-unlearn", choices=["lit-unlearn", "open-unlearning"],
+                   help="tokenisation of the template: ours, or open-unlearning's (to set numbers beside its tables)")
+    p.add_argument("--no-gradnorm", action="store_true", help="skip the gradient-norm MIA (a backward pass per item)")
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -55,7 +60,8 @@ def main(argv: list[str]) -> None:
     source = TofuSource(args.data, args.forget_level)
     report = TofuEvaluator(tokenizer, source.eval_splits(), template=args.template, max_new_tokens=args.max_new_tokens,
                            batch_size=args.batch_size, reference=args.reference,
-                           require_reference=args.require_reference).run(network, args.device)
+                           require_reference=args.require_reference, mia_convention=args.mia_convention,
+                           input_format=args.input_format, gradnorm=not args.no_gradnorm).run(network, args.device)
     print(report.table())
     if args.save:
         print(f"(saved to {report.save(args.save)})")
