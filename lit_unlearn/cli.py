@@ -141,6 +141,18 @@ def _experiment(argv):
     experiment(argv)
 
 
+def _muse_eval(argv):
+    from lit_unlearn.recipes.muse_eval import main as muse_main
+
+    muse_main(argv)
+
+
+def _bench(argv):
+    from lit_unlearn.recipes.bench import main as bench_main
+
+    bench_main(argv)
+
+
 def _tofu_demo(argv):
     from lit_unlearn.recipes.tofu_demo import run_tofu_demo
 
@@ -176,6 +188,9 @@ COMMANDS: dict[str, tuple[str, Callable[[list[str]], None]]] = {
     "tofu-demo": ("offline TOFU: generated authors, tiny Llama target and retain-only model, unlearning, TOFU table",
                   _tofu_demo),
     "tofu-eval": ("the TOFU table (forget quality, model utility, ROUGE, MIA) of one model", _tofu_eval),
+    "bench": ("every LLM method on one TOFU setting: grid on a validation world, FQ/MU/... table, CSV, figure",
+              _bench),
+    "muse-eval": ("the MUSE table (VerbMem, KnowMem, PrivLeak, ES, EM) of one model", _muse_eval),
     "configs": ("list the packaged configs (presets) and what each runs", _configs),
 }
 

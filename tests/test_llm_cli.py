@@ -45,7 +45,7 @@ def test_tofu_demo_then_standalone_eval_reproduces_the_callback(tmp_path, subpro
                                     "waterdrum_llama2_7b_hamu_lora", "tofu_llama2_7b_ofmu_lora", "tofu_llama2_7b_ofmu_zero3",
                                     "tofu_tiny_ofmu", "tofu_tiny_npo", "tofu_tiny_simnpo", "tofu_tiny_idkdpo",
                                     "tofu_tiny_rmu", "tofu_llama2_7b_simnpo", "tofu_llama2_7b_idkdpo",
-                                    "tofu_llama2_7b_rmu"])
+                                    "tofu_llama2_7b_rmu", "muse_news_llama2_7b_npo"])
 def test_llm_configs_parse(preset, tmp_path, subprocess_env):
     out = cli(["unlearn", "--preset", preset, "--print_config"], tmp_path, subprocess_env)
     assert "class_path: lit_unlearn.models.CausalLM" in out.stdout

@@ -7,7 +7,12 @@ way, from seeded attribute tables, and writes every split TOFU has, with its col
   question, answer;
 - forget01/05/10_perturbed, retain_perturbed (a subset of the retain authors): plus paraphrased_question,
   paraphrased_answer and perturbed_answer (5 wrong answers of the same shape);
-- holdout01/05/10: authors never in `full` (for membership inference);
+- holdout01/05/10: authors never in `full` (for membership inference), as many as in forget01/05/10 and drawn
+  from the same tables, so forget and holdout authors are exchangeable for a model that saw neither;
+- holdout_perturbed (an extra split, not in TOFU): the holdout items with paraphrases and perturbed answers, so
+  a tokenizer trained on the distinct texts sees holdout authors exactly as often as forget authors (when it saw
+  forget names in 7 phrasings and holdout names in one, the retain-only model's MIA AUC between the two was
+  0.88-0.90 instead of about 0.5);
 - full_perturbed (an extra split, not in TOFU): every item with its paraphrase and perturbed answers, so an
   offline model without pretraining can be taught the paraphrased phrasing as "language knowledge";
 - real_authors(_perturbed), world_facts(_perturbed): a fixed "general knowledge" set (3 perturbed answers),
@@ -130,9 +135,12 @@ def _knowledge(table: list[tuple[str, str, list[str]]]) -> list[dict]:
             for q, a, wrong in table]
 
 
-def generate_fictitious_tofu(n_authors: int = 40, n_questions: int = 8, n_holdout: int = 4, seed: int = 0,
+def generate_fictitious_tofu(n_authors: int = 40, n_questions: int = 8, n_holdout: int | None = None, seed: int = 0,
                              n_retain_perturbed: int | None = None) -> dict[str, list[dict]]:
-    """All TOFU splits for `n_authors` invented authors with `n_questions` questions each."""
+    """All TOFU splits for `n_authors` invented authors with `n_questions` questions each; `n_holdout` holdout
+    authors (default: as many as forget10 has)."""
+    if n_holdout is None:
+        n_holdout = max(1, round(FORGET_LEVELS["10"] * n_authors))
     if not 10 <= n_authors <= len(FIRST) * len(LAST) - n_holdout:
         raise UserError(f"n_authors={n_authors}: need at least 10 (forget01 must hold one author)")
     if not 1 <= n_questions <= len(TEMPLATES):
@@ -142,6 +150,7 @@ def generate_fictitious_tofu(n_authors: int = 40, n_questions: int = 8, n_holdou
     authors = [_author(rng, used) for _ in range(n_authors)]
     holdout_authors = [_author(rng, used) for _ in range(n_holdout)]
     full = _items(rng, authors, n_questions, 5)
+    holdout = _items(rng, holdout_authors, n_questions, 5)
     splits: dict[str, list[dict]] = {"full": [{k: r[k] for k in ("question", "answer")} for r in full],
                                      # not a TOFU split: every item with its paraphrase and perturbed answers
                                      "full_perturbed": [{k: v for k, v in r.items() if k != "author"} for r in full]}
@@ -154,11 +163,12 @@ def generate_fictitious_tofu(n_authors: int = 40, n_questions: int = 8, n_holdou
         splits[f"forget{level}_perturbed"] = [{k2: v for k2, v in r.items() if k2 != "author"} for r in forget]
         splits[f"retain{100 - int(level)}"] = [{k2: r[k2] for k2 in ("question", "answer")} for r in retain]
         splits[f"holdout{level}"] = [{k2: r[k2] for k2 in ("question", "answer")}
-                                     for r in _items(rng, holdout_authors[:max(1, k)], n_questions, 5)]
+                                     for r in holdout[:min(k, n_holdout) * per_author]]
     # TOFU's retain_perturbed is drawn from authors kept by every forget level.
     keep = full[:-max(1, round(0.10 * n_authors)) * per_author]
     n_rp = n_retain_perturbed or len(splits["forget10"])
     splits["retain_perturbed"] = [{k2: v for k2, v in r.items() if k2 != "author"} for r in keep[:n_rp]]
+    splits["holdout_perturbed"] = [{k2: v for k2, v in r.items() if k2 != "author"} for r in holdout]
     splits["real_authors_perturbed"] = _knowledge(REAL_AUTHORS)
     splits["world_facts_perturbed"] = _knowledge(WORLD_FACTS)
     splits["real_authors"] = [{"question": r["question"], "answer": r["answer"]} for r in splits["real_authors_perturbed"]]

@@ -26,10 +26,13 @@ TINY_SIZE = {"hidden_size": 128, "layers": 2, "heads": 4, "kv_heads": 2, "interm
 
 
 def _corpus(data: Path) -> list[str]:
+    """The tokenizer's training text: every distinct question + answer variant once (the splits overlap, and
+    counting a text once per file would merge forget authors' names more than holdout authors')."""
     import json
 
-    return [r["question"] + " " + a for f in sorted(data.glob("*.json")) for r in json.loads(f.read_text())
-            for a in [r["answer"], r.get("paraphrased_answer", ""), *r.get("perturbed_answer", [])] if a]
+    texts = {r["question"] + " " + a: None for f in sorted(data.glob("*.json")) for r in json.loads(f.read_text())
+             for a in [r["answer"], r.get("paraphrased_answer", ""), *r.get("perturbed_answer", [])] if a}
+    return list(texts)
 
 
 def _finetune(out: Path, data: Path, tokenizer, rows_from: tuple[str, ...], keep: set[str] | None, epochs: int,
@@ -53,22 +56,32 @@ def _finetune(out: Path, data: Path, tokenizer, rows_from: tuple[str, ...], keep
     tokenizer.save_pretrained(str(out))
 
 
+def reference_paths(out: str | Path, forget_level: str = "10") -> tuple[Path, Path]:
+    """(retain-only model folder, its saved report) for a forget level; forget10's keep their original names."""
+    out = Path(out)
+    suffix = "" if forget_level == "10" else f"_{forget_level}"
+    return out / f"retrain{suffix}", out / f"retrain_eval{suffix}.json"
+
+
 def prepare_tofu_assets(out: str | Path = "runs/tofu", fresh: bool = False, epochs: int = 30, lr: float = 3e-3,
-                        forget_level: str = "10", seed: int = 0, log=print) -> dict[str, Path]:
+                        forget_level: str = "10", seed: int = 0, log=print, n_authors: int = 40,
+                        max_new_tokens: int = 48) -> dict[str, Path]:
+    """Data, tokenizer, target, and the retain-only reference of `forget_level` with its report (each made once)."""
     from lit_unlearn.data import TofuSource, train_bpe_tokenizer, write_tofu_json
     from lit_unlearn.data.tofu import FORGET_SPLITS
     from lit_unlearn.metrics import TofuEvaluator
     from lit_unlearn.models import CausalLM
 
     out = Path(out)
+    retrain, reference = reference_paths(out, forget_level)
     paths = {"data": out / "data", "tokenizer": out / "tokenizer", "target": out / "target",
-             "retrain": out / "retrain", "reference": out / "retrain_eval.json"}
+             "retrain": retrain, "reference": reference}
     if fresh:
         for p in paths.values():
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
     if not (paths["data"] / "full.json").is_file():
         log(f"== writing the fictitious-author QA set (TOFU format) to {paths['data']} ==")
-        write_tofu_json(paths["data"], seed=seed)
+        write_tofu_json(paths["data"], seed=seed, n_authors=n_authors)
     if not (paths["tokenizer"] / "tokenizer.json").is_file():
         train_bpe_tokenizer(_corpus(paths["data"]), paths["tokenizer"], vocab_size=512)
     from lit_unlearn.data.tokenizer import load_tokenizer
@@ -90,7 +103,7 @@ def prepare_tofu_assets(out: str | Path = "runs/tofu", fresh: bool = False, epoc
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the reference itself has no reference
-            report = TofuEvaluator(tokenizer, source.eval_splits(), max_new_tokens=48).run(
+            report = TofuEvaluator(tokenizer, source.eval_splits(), max_new_tokens=max_new_tokens).run(
                 CausalLM(name_or_path=str(paths["retrain"])))
         report.save(paths["reference"])
     return paths

@@ -1,0 +1,111 @@
+"""The bench's outputs: results.{md,csv} (mean ± std over seeds per method and forget level), grid.csv (every
+validation run and the chosen point), and fq_vs_mu.png (forget quality against model utility per method)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+
+from lit_unlearn.bench.runner import TABLE_METRICS
+from lit_unlearn.bench.spec import BenchSpec
+
+__all__ = ["write_outputs", "aggregate"]
+
+COLUMNS = list(TABLE_METRICS)
+
+
+def _mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return None, None
+    return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0)
+
+
+def aggregate(rows: list[dict], world: str, order: list[str]) -> list[dict]:
+    """One row per (level, method) of the test world: mean and std of each metric over seeds."""
+    out = []
+    levels = sorted({r["level"] for r in rows if r["world"] == world})
+    for level in levels:
+        for method in ["Target", *order]:
+            mine = [r for r in rows if r["world"] == world and r["level"] == level and r["method"] == method
+                    and r.get("phase", "test") == "test"]
+            if not mine:
+                continue
+            agg = {"level": level, "method": method, "seeds": len(mine), "point": mine[0]["point"]}
+            for col in COLUMNS:
+                agg[col], agg[col + " std"] = _mean_std([r[col] for r in mine])
+            out.append(agg)
+    return out
+
+
+def _cell(mean, std, col) -> str:
+    if mean is None:
+        return "n/a"
+    fmt = ".2e" if col == "FQ" and abs(mean) < 1e-2 else ".3g"
+    return f"{mean:{fmt}}" + (f" ± {std:{fmt}}" if std else "")
+
+
+def write_outputs(spec: BenchSpec, out: Path, rows: list[dict], chosen: dict, test_world: str, val_world: str,
+                  order: list[str]) -> Path:
+    table = aggregate(rows, test_world, order)
+    with (out / "results.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["forget_level", "method", "seeds", "hyper_parameters"] +
+                   [c for col in COLUMNS for c in (col, col + " std")])
+        for r in table:
+            w.writerow([r["level"], r["method"], r["seeds"], json.dumps(r["point"])] +
+                       [r[c] for col in COLUMNS for c in (col, col + " std")])
+    with (out / "grid.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["method", "hyper_parameters", "chosen", *COLUMNS])
+        for r in rows:
+            if r["world"] == val_world and r.get("phase") == "validation":
+                pick = chosen.get(r["method"], ({},))[0] == r["point"] and r["method"] != "Target"
+                w.writerow([r["method"], json.dumps(r["point"]), pick, *[r[c] for c in COLUMNS]])
+    lines = [f"# Bench: every method, one setting ({spec.steps} steps, batch {spec.batch_size}, seeds {spec.seeds})",
+             "", "Mean ± std over seeds. Hyper-parameters chosen on the validation world "
+             f"(forget{spec.validation_level}): the highest forget quality among grid points keeping model utility "
+             f">= {spec.utility_floor:g} × the target's. Target = before unlearning; the retain-only reference has "
+             "FQ 1 and privleak 0 by definition.", ""]
+    for level in sorted({r["level"] for r in table}):
+        lines += [f"## forget{level}", "", "| method | hyper-parameters | " + " | ".join(COLUMNS) + " |",
+                  "|---|---|" + "---|" * len(COLUMNS)]
+        for r in table:
+            if r["level"] == level:
+                point = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["point"].items())
+                lines.append(f"| {r['method']} | {point or '-'} | " +
+                             " | ".join(_cell(r[c], r[c + ' std'], c) for c in COLUMNS) + " |")
+        lines.append("")
+    lines += ["Chosen on validation:", ""] + [f"- {m}: {p} ({why})" for m, (p, why) in chosen.items()]
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    _figure(table, out / "fq_vs_mu.png")
+    return out / "results.md"
+
+
+def _figure(table: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = sorted({r["level"] for r in table})
+    fig, axes = plt.subplots(1, len(levels), figsize=(4.2 * len(levels), 3.8), squeeze=False)
+    methods = sorted({r["method"] for r in table})
+    markers = dict(zip(methods, "osD^v<>pPX*h"))
+    for ax, level in zip(axes[0], levels):
+        for r in table:
+            if r["level"] != level or r["FQ"] is None or r["MU"] is None:
+                continue
+            ax.errorbar(r["MU"], max(r["FQ"], 1e-12), xerr=r["MU std"] or None, marker=markers[r["method"]],
+                        label=r["method"], linestyle="none")
+        ax.set_yscale("log")
+        ax.set_xlabel("model utility")
+        ax.set_ylabel("forget quality (KS p-value)")
+        ax.set_title(f"forget{level}")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

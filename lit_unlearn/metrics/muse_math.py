@@ -1,0 +1,33 @@
+"""MUSE's metric definitions as pure functions (Shi et al. 2024; github.com/swj0419/muse_bench, metrics/)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["rouge_l_f1", "cut_at_stop", "muse_privleak", "KNOWMEM_STOPS"]
+
+KNOWMEM_STOPS = ("\n\n", "\nQuestion", "Question:")
+_SCORER = None
+
+
+def rouge_l_f1(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
+    """ROUGE-L F1 (rouge-score, no stemming), per item, as MUSE's RougeEvalLogger."""
+    global _SCORER
+    if _SCORER is None:
+        from rouge_score import rouge_scorer
+
+        _SCORER = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+    return [_SCORER.score(ref, pred)["rougeL"].fmeasure for pred, ref in zip(predictions, references)]
+
+
+def cut_at_stop(text: str, stops: Sequence[str] = KNOWMEM_STOPS) -> str:
+    """The answer before the model starts the next few-shot turn (MUSE cuts at each stop string in turn)."""
+    for stop in stops:
+        text = text.split(stop)[0]
+    return text
+
+
+def muse_privleak(auc: float, auc_retrain: float) -> float:
+    """(AUC − AUC_retrain) / AUC_retrain · 100, with MUSE's AUC (forget = non-member 0, holdout = member 1,
+    score = −Min-K%): a model that memorised the forget set scores AUC ≈ 0 and privleak ≈ −100."""
+    return (auc - auc_retrain) / auc_retrain * 100

@@ -1,0 +1,78 @@
+"""`lit-unlearn bench`: the config's checks, the validation criterion by brute force, and an end-to-end run on a
+very small generated world (outputs, the chosen points recomputed from grid.csv, resume without rerunning)."""
+
+import csv
+import json
+
+import pytest
+
+from lit_unlearn.bench import load_bench_spec, run_bench
+from lit_unlearn.bench.runner import select_point
+from lit_unlearn.errors import UserError
+from lit_unlearn.packaged_configs import packaged_config
+
+
+def test_packaged_bench_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
+    spec = load_bench_spec(packaged_config("bench_tofu_tiny"))
+    assert {m.name for m in spec.methods} >= {"GA", "GradDiff", "NPO", "SimNPO", "IdkDPO", "RMU", "HAMU", "OFMU"}
+    assert spec.forget_levels == ["01", "05", "10"] and spec.data["kind"] == "generated"
+    big = load_bench_spec(packaged_config("bench_tofu_llama2_7b"))
+    assert big.data["kind"] == "tofu" and set(big.data["references"]) == {"01", "05", "10"}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("methods: {GA: {init_args: {lr: 1}}}\n")
+    with pytest.raises(UserError, match="class_path"):
+        load_bench_spec(bad)
+    bad.write_text("methods: {GA: {class_path: lit_unlearn.modules.GAModule}}\nforget_level: ['10']\n")
+    with pytest.raises(UserError, match="unknown bench keys"):
+        load_bench_spec(bad)
+    bad.write_text("methods: {GA: {class_path: lit_unlearn.modules.GAModule}}\nforget_levels: ['20']\n")
+    with pytest.raises(UserError, match="forget_levels"):
+        load_bench_spec(bad)
+
+
+def test_select_point_is_the_best_forget_quality_above_the_utility_floor():
+    rows = [{"point": {"lr": 1}, "FQ": 0.9, "MU": 0.50}, {"point": {"lr": 2}, "FQ": 0.3, "MU": 0.80},
+            {"point": {"lr": 3}, "FQ": 0.2, "MU": 0.95}, {"point": {"lr": 4}, "FQ": None, "MU": 0.99}]
+    for floor in (0.0, 0.5, 0.7, 0.9, 0.95, 1.5):
+        ok = [r for r in rows if r["MU"] >= floor * 1.0 and r["FQ"] is not None]
+        expected = max(ok, key=lambda r: r["FQ"])["point"] if ok else max(rows, key=lambda r: r["MU"])["point"]
+        assert select_point(rows, 1.0, floor)[0] == expected
+
+
+@pytest.mark.slow
+def test_a_small_bench_end_to_end_and_resume(tmp_path):
+    cfg = tmp_path / "bench.yaml"
+    cfg.write_text(f"""
+out_dir: {tmp_path / 'out'}
+data: {{kind: generated, seed: 0, validation_seed: 1, n_authors: 10, epochs: 4}}
+forget_levels: ["10"]
+seeds: [0, 1]
+steps: 3
+batch_size: 8
+max_new_tokens: 4
+methods:
+  GA: {{class_path: lit_unlearn.modules.GAModule, init_args: {{optimizer: adamw}}, grid: {{lr: [1.0e-4, 1.0e-2]}}}}
+  IdkDPO: {{class_path: lit_unlearn.modules.IdkDPOModule, needs_refusals: true, grid: {{lr: [1.0e-3]}}}}
+""")
+    spec = load_bench_spec(cfg)
+    results = run_bench(spec, log=lambda *a: None)
+    out = results.parent
+    runs = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    # validation: target + 2 GA points + 1 IdkDPO point; test: (target + 2 methods) x 2 seeds
+    assert len(runs) == 4 + 6
+    grid = list(csv.DictReader((out / "grid.csv").open()))
+    for method in ("GA", "IdkDPO"):
+        mine = [r for r in runs if r["phase"] == "validation" and r["method"] == method]
+        target_mu = next(r for r in runs if r["phase"] == "validation" and r["method"] == "Target")["MU"]
+        point = select_point(mine, target_mu, spec.utility_floor)[0]
+        assert [json.loads(g["hyper_parameters"]) for g in grid if g["method"] == method and g["chosen"] == "True"] \
+            == [point]
+        assert all(r["point"] == point for r in runs if r["phase"] == "test" and r["method"] == method)
+    table = list(csv.DictReader((out / "results.csv").open()))
+    assert [r["method"] for r in table] == ["Target", "GA", "IdkDPO"] and all(r["seeds"] == "2" for r in table)
+    ga = [r for r in runs if r["phase"] == "test" and r["method"] == "GA"]
+    assert float(table[1]["MU"]) == pytest.approx(sum(r["MU"] for r in ga) / 2)
+    assert (out / "fq_vs_mu.png").stat().st_size > 0 and "## forget10" in results.read_text()
+    before = (out / "runs.jsonl").read_text()
+    run_bench(spec, log=lambda *a: None)  # everything is read back: nothing reruns
+    assert (out / "runs.jsonl").read_text() == before
