@@ -219,3 +219,29 @@ def test_two_processes_give_the_same_report_and_item_order(tofu, tmp_path):
             assert summary[key] == pytest.approx(single.summary[key], rel=1e-5), key
         np.testing.assert_allclose(mia["forget_nll"], single.per_item["mia"]["forget_nll"], rtol=1e-5)
         np.testing.assert_allclose(mia["holdout_nll"], single.per_item["mia"]["holdout_nll"], rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_generated_forget_and_holdout_authors_are_exchangeable_for_the_retain_only_model(tmp_path):
+    """A model that saw neither the forget nor the holdout authors cannot tell them apart: its MIA AUCs between
+    the two lie in [0.35, 0.65] (30 authors on each side, so one unlucky author cannot decide the AUC)."""
+    import warnings
+
+    from lit_unlearn.data.tokenizer import load_tokenizer
+    from lit_unlearn.recipes.tofu_demo import _corpus, _finetune
+
+    data = write_tofu_json(tmp_path / "data", n_authors=300, n_questions=2, seed=0)
+    splits = generate_fictitious_tofu(n_authors=300, n_questions=2, seed=0)
+    assert len(splits["holdout10"]) == len(splits["forget10"]) == 60
+    train_bpe_tokenizer(_corpus(data), tmp_path / "tok", vocab_size=512)
+    tok = load_tokenizer(str(tmp_path / "tok"))
+    source = TofuSource(str(data), "10")
+    keep = {r["question"] for r in source.load_split("retain90")}
+    assert not keep & {r["question"] for r in splits["forget10"] + splits["holdout10"]}
+    _finetune(tmp_path / "retrain", data, tok, ("retain90", "real_authors", "world_facts"), keep, 30, 3e-3, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = TofuEvaluator(tok, source.eval_splits(), gradnorm=False).run(
+            CausalLM(name_or_path=str(tmp_path / "retrain")), only=["privleak"])
+    for attack in ("loss", "zlib", "min_k", "min_k_plus_plus"):
+        assert 0.35 <= report.summary[f"mia/{attack}_auc"] <= 0.65, (attack, report.summary)

@@ -1,5 +1,6 @@
 """The bench's outputs: results.{md,csv} (mean ± std over seeds per method and forget level), grid.csv (every
-validation run and the chosen point), and fq_vs_mu.png (forget quality against model utility per method)."""
+validation run and the chosen point), and figure.png (TOFU: forget quality against model utility per method;
+MUSE: VerbMem on D_f against KnowMem on D_r)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,9 @@ import json
 import statistics
 from pathlib import Path
 
-from lit_unlearn.bench.runner import TABLE_METRICS
 from lit_unlearn.bench.spec import BenchSpec
 
 __all__ = ["write_outputs", "aggregate"]
-
-COLUMNS = list(TABLE_METRICS)
 
 
 def _mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
@@ -23,7 +21,7 @@ def _mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
     return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0)
 
 
-def aggregate(rows: list[dict], world: str, order: list[str]) -> list[dict]:
+def aggregate(rows: list[dict], world: str, order: list[str], columns: list[str]) -> list[dict]:
     """One row per (level, method) of the test world: mean and std of each metric over seeds."""
     out = []
     levels = sorted({r["level"] for r in rows if r["world"] == world})
@@ -34,8 +32,8 @@ def aggregate(rows: list[dict], world: str, order: list[str]) -> list[dict]:
             if not mine:
                 continue
             agg = {"level": level, "method": method, "seeds": len(mine), "point": mine[0]["point"]}
-            for col in COLUMNS:
-                agg[col], agg[col + " std"] = _mean_std([r[col] for r in mine])
+            for col in columns:
+                agg[col], agg[col + " std"] = _mean_std([r.get(col) for r in mine])
             out.append(agg)
     return out
 
@@ -47,44 +45,45 @@ def _cell(mean, std, col) -> str:
     return f"{mean:{fmt}}" + (f" ± {std:{fmt}}" if std else "")
 
 
-def write_outputs(spec: BenchSpec, out: Path, rows: list[dict], chosen: dict, test_world: str, val_world: str,
-                  order: list[str]) -> Path:
-    table = aggregate(rows, test_world, order)
+def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: dict, test_world: str,
+                  val_world: str, order: list[str]) -> Path:
+    columns = list(bench.columns)
+    table = aggregate(rows, test_world, order, columns)
     with (out / "results.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["forget_level", "method", "seeds", "hyper_parameters"] +
-                   [c for col in COLUMNS for c in (col, col + " std")])
+                   [c for col in columns for c in (col, col + " std")])
         for r in table:
             w.writerow([r["level"], r["method"], r["seeds"], json.dumps(r["point"])] +
-                       [r[c] for col in COLUMNS for c in (col, col + " std")])
+                       [r[c] for col in columns for c in (col, col + " std")])
     with (out / "grid.csv").open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["method", "hyper_parameters", "chosen", *COLUMNS])
+        w.writerow(["method", "hyper_parameters", "chosen", *columns])
         for r in rows:
             if r["world"] == val_world and r.get("phase") == "validation":
                 pick = chosen.get(r["method"], ({},))[0] == r["point"] and r["method"] != "Target"
-                w.writerow([r["method"], json.dumps(r["point"]), pick, *[r[c] for c in COLUMNS]])
-    lines = [f"# Bench: every method, one setting ({spec.steps} steps, batch {spec.batch_size}, seeds {spec.seeds})",
-             "", "Mean ± std over seeds. Hyper-parameters chosen on the validation world "
-             f"(forget{spec.validation_level}): the highest forget quality among grid points keeping model utility "
-             f">= {spec.utility_floor:g} × the target's. Target = before unlearning; the retain-only reference has "
-             "FQ 1 and privleak 0 by definition.", ""]
+                w.writerow([r["method"], json.dumps(r["point"]), pick, *[r.get(c) for c in columns]])
+    lines = [f"# Bench ({bench.name.upper()}): every method, one setting ({spec.steps} steps, batch "
+             f"{spec.batch_size}, seeds {spec.seeds})", "",
+             "Mean ± std over seeds. Hyper-parameters chosen on the validation world: "
+             f"{bench.criterion.format(floor=spec.utility_floor)}. Target = before unlearning.", ""]
     for level in sorted({r["level"] for r in table}):
-        lines += [f"## forget{level}", "", "| method | hyper-parameters | " + " | ".join(COLUMNS) + " |",
-                  "|---|---|" + "---|" * len(COLUMNS)]
+        title = f"forget{level}" if bench.name == "tofu" else "MUSE forget set"
+        lines += [f"## {title}", "", "| method | hyper-parameters | " + " | ".join(columns) + " |",
+                  "|---|---|" + "---|" * len(columns)]
         for r in table:
             if r["level"] == level:
                 point = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["point"].items())
                 lines.append(f"| {r['method']} | {point or '-'} | " +
-                             " | ".join(_cell(r[c], r[c + ' std'], c) for c in COLUMNS) + " |")
+                             " | ".join(_cell(r[c], r[c + ' std'], c) for c in columns) + " |")
         lines.append("")
     lines += ["Chosen on validation:", ""] + [f"- {m}: {p} ({why})" for m, (p, why) in chosen.items()]
     (out / "results.md").write_text("\n".join(lines) + "\n")
-    _figure(table, out / "fq_vs_mu.png")
+    _figure(table, out / "figure.png", *bench.figure)
     return out / "results.md"
 
 
-def _figure(table: list[dict], path: Path) -> None:
+def _figure(table: list[dict], path: Path, x: str, y: str, log_y: bool) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,14 +95,16 @@ def _figure(table: list[dict], path: Path) -> None:
     markers = dict(zip(methods, "osD^v<>pPX*h"))
     for ax, level in zip(axes[0], levels):
         for r in table:
-            if r["level"] != level or r["FQ"] is None or r["MU"] is None:
+            if r["level"] != level or r[x] is None or r[y] is None:
                 continue
-            ax.errorbar(r["MU"], max(r["FQ"], 1e-12), xerr=r["MU std"] or None, marker=markers[r["method"]],
+            ax.errorbar(r[x], max(r[y], 1e-12) if log_y else r[y], xerr=r[x + " std"] or None,
+                        yerr=None if log_y else (r[y + " std"] or None), marker=markers[r["method"]],
                         label=r["method"], linestyle="none")
-        ax.set_yscale("log")
-        ax.set_xlabel("model utility")
-        ax.set_ylabel("forget quality (KS p-value)")
-        ax.set_title(f"forget{level}")
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.set_title(f"forget{level}" if level != "forget" else "MUSE")
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="best")
     fig.tight_layout()

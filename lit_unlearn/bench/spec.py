@@ -6,9 +6,10 @@
     seeds: [0, 1]
     steps: 40
 
-`data.kind: generated` (the offline default) builds a test world (data seed `data.seed`) and a separate validation
+`benchmark: tofu` (default) or `muse`. `data.kind: generated` (the offline default) builds a test world (data seed `data.seed`) and a separate validation
 world (`data.validation_seed`): the grid is scored on the validation world only. `data.kind: tofu` reads real TOFU
-(hub or folder) with a given target and one saved retain-only report per forget level.
+(hub or folder) with a given target and one saved retain-only report per forget level; `data.kind: muse` reads
+MUSE with a given target and the retrained model's saved report.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class BenchSpec:
     data: dict[str, Any] = field(default_factory=lambda: {"kind": "generated", "seed": 0, "validation_seed": 1})
     trainer: dict[str, Any] = field(default_factory=dict)
     template: str = "plain"
+    benchmark: str = "tofu"    # or "muse" (one forget set; forget_levels is not used)
 
 
 def load_bench_spec(path: str | Path) -> BenchSpec:

@@ -173,20 +173,22 @@ class TofuEvaluator:
             chunk = todo[i:i + self.batch_size]
             batch = {k: v.to(device) for k, v in self._collate([self._encode(p) for p in chunk]).items()}
             logits, labels = logits_and_labels(network, batch)
-            logp = torch.log_softmax(logits.float(), -1)
             valid = labels != IGNORE_INDEX
-            target = labels.clamp_min(0)
+            # Only answer positions go through the vocabulary-sized maths (the prompt and padding never do).
+            logp = torch.log_softmax(logits[valid].float(), -1)  # [answer tokens in the batch, V]
+            target = labels[valid]
             picked = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
             prob = logp.exp()
             mu = (prob * logp).sum(-1)
             var = (prob * logp.square()).sum(-1) - mu.square()
             correct = logp.argmax(-1) == target
             del logp, prob
+            bounds = valid.sum(-1).cumsum(0).tolist()
             for j, pair in enumerate(chunk):
-                m = valid[j]
-                lp = picked[j][m].cpu()
-                self._stats[pair] = AnswerStats(float(-lp.double().mean()), lp, mu[j][m].cpu(), var[j][m].cpu(),
-                                                correct[j][m].cpu(), labels[j][m].cpu())
+                a, b = (bounds[j - 1] if j else 0), bounds[j]
+                lp = picked[a:b].cpu()
+                self._stats[pair] = AnswerStats(float(-lp.double().mean()), lp, mu[a:b].cpu(), var[a:b].cpu(),
+                                                correct[a:b].cpu(), target[a:b].cpu())
         return [self._stats[p] for p in pairs]
 
     def _nll(self, network, pairs, device) -> Tensor:

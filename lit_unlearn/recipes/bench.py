@@ -4,6 +4,7 @@ budget and evaluation), hyper-parameters chosen per method on a validation world
     lit-unlearn bench                                   # offline: the tiny generated stand-in (about 25 minutes)
     lit-unlearn bench --methods NPO,RMU --out runs/b    # a subset
     lit-unlearn bench --preset bench_tofu_llama2_7b     # real TOFU on Llama-2-7B (GPUs; see the config header)
+    lit-unlearn bench --preset bench_muse_tiny          # MUSE: the generated news stand-in
 
 Interrupted? Run the same command again: finished runs are read back from OUT/runs.jsonl.
 """
@@ -41,4 +42,4 @@ def main(argv: list[str]) -> None:
         spec.steps = args.steps
     results = run_bench(spec, args.out, args.methods.split(",") if args.methods else None, log=say)
     say("\n" + results.read_text())
-    say(f"(table: {results}; CSV: {results.with_suffix('.csv')}; figure: {results.parent / 'fq_vs_mu.png'})")
+    say(f"(table: {results}; CSV: {results.with_suffix('.csv')}; figure: {results.parent / 'figure.png'})")

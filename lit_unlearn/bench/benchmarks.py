@@ -1,0 +1,174 @@
+"""What differs between the bench's benchmarks (TOFU, MUSE): the worlds, the data module, the evaluation, the
+table's columns, the validation criterion and the figure's axes. The runner is the same for both."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+from lit_unlearn.errors import UserError
+
+__all__ = ["World", "TofuBenchmark", "MuseBenchmark", "get_benchmark"]
+
+
+class World:
+    """A target, its data and its retain-only (retrained) reference report(s), by forget level."""
+
+    def __init__(self, name: str, data: str, tokenizer: Any, target: str, references: dict[str, str],
+                 template: str = "plain", network_args: dict | None = None) -> None:
+        self.name, self.data, self.tokenizer, self.target = name, data, tokenizer, target
+        self.references, self.template, self.network_args = references, template, network_args or {}
+
+
+def _best(rows: list[dict], key, ok) -> dict | None:
+    good = [r for r in rows if ok(r)]
+    return max(good, key=key) if good else None
+
+
+class TofuBenchmark:
+    name = "tofu"
+    columns = {"FQ": "forget_quality", "MU": "model_utility", "FTR": "forget_truth_ratio", "privleak": "privleak",
+               "ES": "forget/es", "forget ROUGE": "forget/rouge"}
+    figure = ("MU", "FQ", True)  # x, y, log y
+    criterion = "the highest forget quality among points keeping model utility >= {floor:g} x the target's"
+
+    def levels(self, spec) -> list[str]:
+        return list(spec.forget_levels)
+
+    def worlds(self, spec, out: Path, log) -> tuple[World, World]:
+        data = spec.data
+        if data.get("kind", "generated") == "generated":
+            size = {"n_authors": int(data.get("n_authors", 40)), "epochs": int(data.get("epochs", 30))}
+            test = self._generated(out / "world_test", int(data.get("seed", 0)), spec.forget_levels, spec, log,
+                                   **size)
+            val = self._generated(out / "world_validation", int(data.get("validation_seed", 1)),
+                                  [spec.validation_level], spec, log, **size)
+            return test, val
+        if data.get("kind") != "tofu":
+            raise UserError(f"a TOFU bench's data.kind is 'generated' or 'tofu', got {data.get('kind')!r}")
+        from lit_unlearn.data.tokenizer import load_tokenizer
+
+        refs = {str(k).zfill(2): v for k, v in (data.get("references") or {}).items()}
+        missing = [lv for lv in spec.forget_levels if lv not in refs]
+        if missing:
+            raise UserError(f"bench data.references has no retain-only report for forget levels {missing}: "
+                            "evaluate each retain model with `lit-unlearn tofu-eval --save` and list the files")
+        world = World("tofu", data.get("path", "locuslab/TOFU"), load_tokenizer(data["tokenizer"]), data["target"],
+                      refs, spec.template, data.get("network_args"))
+        return world, world
+
+    @staticmethod
+    def _generated(folder: Path, seed: int, levels: list[str], spec, log, n_authors: int, epochs: int) -> World:
+        from lit_unlearn.data.tokenizer import load_tokenizer
+        from lit_unlearn.recipes.tofu_demo import prepare_tofu_assets
+
+        refs = {}
+        for level in levels:
+            paths = prepare_tofu_assets(folder, seed=seed, forget_level=level, max_new_tokens=spec.max_new_tokens,
+                                        n_authors=n_authors, epochs=epochs,
+                                        log=lambda msg: log(f"[{folder.name}] {msg.strip('= ')}"))
+            refs[level] = str(paths["reference"])
+        return World(folder.name, str(paths["data"]), load_tokenizer(str(paths["tokenizer"])), str(paths["target"]),
+                     refs)
+
+    def datamodule(self, world: World, level: str, seed: int, spec, method):
+        from lit_unlearn.data import TofuDataModule, TofuSource
+
+        return TofuDataModule(TofuSource(world.data, level), world.tokenizer, template=world.template,
+                              retain_batch_size=spec.batch_size, forget_batch_size=spec.batch_size, seed=seed,
+                              alternate_answers="generated" if method.needs_refusals else None)
+
+    def evaluate(self, world: World, level: str, network, spec) -> dict:
+        from lit_unlearn.data import TofuSource
+        from lit_unlearn.metrics import TofuEvaluator
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return TofuEvaluator(world.tokenizer, TofuSource(world.data, level).eval_splits(), template=world.template,
+                                 max_new_tokens=spec.max_new_tokens, reference=world.references[level],
+                                 gradnorm=False).run(network).summary
+
+    def select(self, rows: list[dict], target: dict, floor: float) -> tuple[dict, str]:
+        best = _best(rows, lambda r: (r["FQ"], r["MU"]),
+                     lambda r: r["MU"] is not None and r["FQ"] is not None and r["MU"] >= floor * target["MU"])
+        if best:
+            return best["point"], f"max FQ with MU >= {floor:g} x target's"
+        best = max(rows, key=lambda r: r["MU"] if r["MU"] is not None else -math.inf)
+        return best["point"], f"no point kept MU >= {floor:g} x target's: max MU"
+
+
+class MuseBenchmark:
+    name = "muse"
+    columns = {"VerbMem_f": "verbmem_f", "KnowMem_f": "knowmem_f", "KnowMem_r": "knowmem_r", "PrivLeak": "privleak",
+               "ES": "forget/es", "EM": "forget/em"}
+    figure = ("KnowMem_r", "VerbMem_f", False)
+    criterion = ("the smallest |PrivLeak| among points keeping KnowMem_r >= {floor:g} x the target's (MUSE: no "
+                 "privacy leak, utility preserved)")
+
+    def levels(self, spec) -> list[str]:
+        return ["forget"]  # MUSE has one forget set (its scalability folds are not read)
+
+    def worlds(self, spec, out: Path, log) -> tuple[World, World]:
+        data = spec.data
+        if data.get("kind", "generated") == "generated":
+            size = {k: int(data[k]) for k in ("n_forget", "n_retain", "n_holdout") if k in data}
+            return (self._generated(out / "world_test", int(data.get("seed", 0)), spec, log, data, size),
+                    self._generated(out / "world_validation", int(data.get("validation_seed", 1)), spec, log, data,
+                                    size))
+        if data.get("kind") != "muse":
+            raise UserError(f"a MUSE bench's data.kind is 'generated' or 'muse', got {data.get('kind')!r}")
+        from lit_unlearn.data.tokenizer import load_tokenizer
+
+        if not data.get("reference"):
+            raise UserError("bench data.reference: the retrained model's report (`lit-unlearn muse-eval --save`)")
+        world = World("muse", data.get("path", "muse-bench/MUSE-News"), load_tokenizer(data["tokenizer"]),
+                      data["target"], {"forget": data["reference"]}, network_args=data.get("network_args"))
+        return world, world
+
+    @staticmethod
+    def _generated(folder: Path, seed: int, spec, log, data: dict, size: dict) -> World:
+        from lit_unlearn.data.tokenizer import load_tokenizer
+        from lit_unlearn.recipes.muse_assets import prepare_muse_assets
+
+        paths = prepare_muse_assets(folder, seed=seed, epochs=int(data.get("epochs", 40)),
+                                    verbmem_max_new_tokens=spec.max_new_tokens,
+                                    knowmem_max_new_tokens=max(1, spec.max_new_tokens // 4),
+                                    log=lambda msg: log(f"[{folder.name}] {msg.strip('= ')}"), **size)
+        return World(folder.name, str(paths["data"]), load_tokenizer(str(paths["tokenizer"])), str(paths["target"]),
+                     {"forget": str(paths["reference"])})
+
+    def datamodule(self, world: World, level: str, seed: int, spec, method):
+        from lit_unlearn.data import MuseDataModule, MuseSource
+
+        if method.needs_refusals:
+            raise UserError(f"{method.name} needs refusal answers to QA items; MUSE trains on raw text")
+        return MuseDataModule(MuseSource(world.data), world.tokenizer, max_length=int(spec.data.get("max_length", 256)),
+                              retain_batch_size=spec.batch_size, forget_batch_size=spec.batch_size, seed=seed)
+
+    def evaluate(self, world: World, level: str, network, spec) -> dict:
+        from lit_unlearn.data import MuseSource
+        from lit_unlearn.metrics.muse_eval import MuseEvaluator
+
+        return MuseEvaluator(world.tokenizer, MuseSource(world.data), spec.max_new_tokens,
+                             max(1, spec.max_new_tokens // 4), reference=world.references[level],
+                             max_length=int(spec.data.get("max_length", 2048))).run(network).summary
+
+    def select(self, rows: list[dict], target: dict, floor: float) -> tuple[dict, str]:
+        best = _best(rows, lambda r: (-abs(r["PrivLeak"]), r["KnowMem_r"]),
+                     lambda r: r["KnowMem_r"] is not None and r["PrivLeak"] is not None
+                     and r["KnowMem_r"] >= floor * target["KnowMem_r"])
+        if best:
+            return best["point"], f"min |PrivLeak| with KnowMem_r >= {floor:g} x target's"
+        best = max(rows, key=lambda r: r["KnowMem_r"] if r["KnowMem_r"] is not None else -math.inf)
+        return best["point"], f"no point kept KnowMem_r >= {floor:g} x target's: max KnowMem_r"
+
+
+BENCHMARKS = {"tofu": TofuBenchmark, "muse": MuseBenchmark}
+
+
+def get_benchmark(name: str):
+    if name not in BENCHMARKS:
+        raise UserError(f"benchmark={name!r}: choose one of {sorted(BENCHMARKS)}")
+    return BENCHMARKS[name]()
