@@ -190,5 +190,8 @@ class MuseEvaluator:
                    "--save REF.json` and pass reference=REF.json, or give retrain_auc)")
             notes.append(msg)
             warnings.warn(msg, stacklevel=3)
+        elif ref == 0:
+            summary["privleak"] = None  # MUSE's formula divides by AUC_retrain
+            notes.append("privleak not computed: the reference's AUC is 0 (too few privleak texts to rank?)")
         else:
             summary["privleak"] = muse_math.muse_privleak(value, ref)
