@@ -111,13 +111,13 @@ def prepare_tofu_assets(out: str | Path = "runs/tofu", fresh: bool = False, epoc
 
 HELP = """usage: lit-unlearn tofu-demo [--preset NAME] [--fresh] [--target TARGET] [--KEY=VALUE ...]
 
-The offline TOFU job (about 1.5 minutes on CPU): a generated fictitious-author QA set in TOFU's format, a tokenizer
+The offline TOFU job (about a minute on CPU): a generated fictitious-author QA set in TOFU's format, a tokenizer
 trained on it, a tiny Llama fine-tuned on everything (the target) and on the retain split (the retain-only
 reference, evaluated once so forget quality can be computed), then unlearning of forget10 with the TOFU table
 before and after. Everything goes under runs/tofu; steps already done are reused (--fresh redoes them).
 
 options:
-  --preset NAME      the unlearning config (default tofu_tiny_hamu; tofu_tiny_{ga,graddiff,kl,npo,ft,ofmu})
+  --preset NAME      the unlearning config (default tofu_tiny_hamu; tofu_tiny_{ga,graddiff,kl,npo,simnpo,idkdpo,rmu,ft,ofmu})
   --fresh            regenerate the data, tokenizer, target and reference
   --target TARGET    stop at a TOFU target, e.g. "forget_quality >= 0.1" (scored every few steps, no generation)
   --KEY=VALUE        LightningCLI overrides, e.g. --trainer.max_steps=40
