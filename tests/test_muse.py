@@ -40,6 +40,10 @@ def test_stand_in_has_muse_layout_and_forget_holdout_are_disjoint(muse):
     assert source.texts("privleak", "forget") == source.texts("raw", "forget")
     v = source.load("verbmem", "forget")[0]
     assert (v["prompt"] + " " + v["gt"]) in forget
+    scal = [set(source.texts("scal", f"forget_{k}")) for k in range(1, 5)]
+    sust = [set(source.texts("sust", f"forget_{k}")) for k in range(1, 5)]
+    assert all(a < b for a, b in zip(scal, scal[1:])) and scal[-1] == forget  # growing, ending at the forget set
+    assert set().union(*sust) == forget and sum(map(len, sust)) == len(forget)  # disjoint successive requests
 
 
 def test_sources_say_what_is_wrong(tmp_path):
@@ -50,6 +54,12 @@ def test_sources_say_what_is_wrong(tmp_path):
     with pytest.raises(UserError, match="no config"):
         MuseSource(str(tmp_path)).load("rawtext", "forget")
     assert not MuseSource(str(tmp_path)).has("knowmem", "forget_qa")
+    with pytest.raises(UserError, match="scal"):
+        MuseDataModule(MuseSource(str(tmp_path)), _Tok(), forget="raw/forget_2")
+
+
+class _Tok:
+    pad_token_id = 0
 
 
 def _generate_one(net, ids, max_new_tokens):
@@ -120,6 +130,9 @@ def test_muse_batches_train_and_the_callback_logs(muse, tmp_path):
 
     folder, tok, _ = muse
     net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=2)
+    fold = MuseDataModule(MuseSource(str(folder)), tok, max_length=24, forget="sust/forget_2")
+    fold.setup()
+    assert len(fold.forget_set) < len(MuseDataModule(MuseSource(str(folder)), tok, max_length=24).build()[1])
     dm = MuseDataModule(MuseSource(str(folder)), tok, max_length=24, retain_batch_size=4, forget_batch_size=4)
     dm.setup()
     assert all(len(item["input_ids"]) <= 24 for item in dm.forget_set.items)

@@ -9,7 +9,9 @@ are exchangeable for a model that saw neither. Built from those articles, like M
 - verbmem/forget: the first half of each forget article as the prompt, the rest as `gt`;
 - knowmem/{forget_qa,retain_qa}: one question per fact of the forget / retain1 people; `*_qa_icl`: a few QA
   about retain2 people for the few-shot prompt;
-- privleak/{forget,retain,holdout}: the forget, retain2 and holdout articles.
+- privleak/{forget,retain,holdout}: the forget, retain2 and holdout articles;
+- scal/forget_1..4: growing forget sets (the first k quarters of the forget articles); sust/forget_1..4: the
+  forget articles in four successive, disjoint requests.
 
 `write_muse_json(folder)` writes `FOLDER/{config}/{split}.json`, which `MuseSource(folder)` reads like a local
 copy of MUSE.
@@ -68,6 +70,7 @@ def generate_fictitious_muse(n_forget: int = 8, n_retain: int = 16, n_holdout: i
         cut = len(words) // 2
         verbmem.append({"prompt": " ".join(words[:cut]), "gt": " ".join(words[cut:])})
     icl = [qa for p in retain2[:n_icl] for qa in _qa(p)[:1]]
+    quarters = [articles["forget"][k * n_forget // 4:(k + 1) * n_forget // 4] for k in range(4)]
     return {
         "raw": articles,
         "verbmem": {"forget": verbmem},
@@ -75,6 +78,8 @@ def generate_fictitious_muse(n_forget: int = 8, n_retain: int = 16, n_holdout: i
                     "retain_qa": [qa for p in retain1 for qa in _qa(p)],
                     "forget_qa_icl": icl, "retain_qa_icl": icl},
         "privleak": {"forget": articles["forget"], "retain": articles["retain2"], "holdout": articles["holdout"]},
+        "scal": {f"forget_{k + 1}": [a for q in quarters[:k + 1] for a in q] for k in range(4)},
+        "sust": {f"forget_{k + 1}": quarters[k] for k in range(4)},
     }
 
 

@@ -6,13 +6,17 @@ The hub datasets have one config per use, each with named splits:
     knowmem   forget_qa, retain_qa, retain_qa_icl, ... {"question", "answer"}: knowledge memorisation QA
     verbmem   forget                                   {"prompt", "gt"}: verbatim memorisation
     privleak  forget, retain, holdout                  {"text"}: membership inference
+    scal      forget_1 .. forget_4                     {"text"}: growing forget sets (News; scalability)
+    sust      forget_1 .. forget_4                     {"text"}: successive requests (News; sustainability)
 
 A local copy uses MUSE's own `load_data.py` layout, `FOLDER/{config}/{split}.json` (JSON lists; raw and privleak
 files are lists of strings), which is also what `write_muse_json` (the generated stand-in) writes. MUSE-Books has
 no knowmem QA; its KnowMem metrics are then reported as missing.
 
 `MuseDataModule` gives (retain, forget) batches of `max_length`-token windows of the raw texts, the loss on every
-token, as MUSE's baselines train.
+token, as MUSE's baselines train; `forget="scal/forget_2"` (or "sust/forget_3") unlearns one of those folds instead
+of raw/forget. Running the scalability and sustainability studies (one unlearning per fold, sequentially for
+`sust`) is left to the user's loop over that argument.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ __all__ = ["MuseSource", "MuseDataModule", "TextWindows", "MUSE_LAYOUT"]
 
 MUSE_LAYOUT = {"raw": ("forget", "retain1", "retain2", "holdout"),
                "knowmem": ("forget_qa", "retain_qa", "forget_qa_icl", "retain_qa_icl"),
-               "verbmem": ("forget",), "privleak": ("forget", "retain", "holdout")}
-COLUMNS = {"raw": ("text",), "privleak": ("text",), "knowmem": ("question", "answer"), "verbmem": ("prompt", "gt")}
+               "verbmem": ("forget",), "privleak": ("forget", "retain", "holdout"),
+               "scal": tuple(f"forget_{k}" for k in range(1, 5)), "sust": tuple(f"forget_{k}" for k in range(1, 5))}
+COLUMNS = {"raw": ("text",), "privleak": ("text",), "knowmem": ("question", "answer"), "verbmem": ("prompt", "gt"),
+           "scal": ("text",), "sust": ("text",)}
 
 
 class MuseSource:
@@ -114,8 +120,13 @@ class MuseDataModule(PairedDataModule):
 
     def __init__(self, source: MuseSource | None = None, tokenizer: Any = None, max_length: int = 2048,
                  retain_split: str = "retain1", retain_batch_size: int = 32, forget_batch_size: int = 32,
-                 eval_batch_size: int = 32, seed: int = 0, num_workers: int = 0) -> None:
+                 eval_batch_size: int = 32, seed: int = 0, num_workers: int = 0, forget: str = "raw/forget") -> None:
+        """forget: "CONFIG/SPLIT" of the texts to unlearn (raw/forget, or a scal / sust fold such as scal/forget_2)."""
         super().__init__(retain_batch_size, forget_batch_size, eval_batch_size, seed, num_workers)
+        config, _, split = forget.partition("/")
+        if config not in ("raw", "scal", "sust") or split not in MUSE_LAYOUT.get(config, ()):
+            raise UserError(f"forget={forget!r}: use raw/forget or scal|sust/forget_1..4")
+        self.forget = (config, split)
         self.source = source or MuseSource()
         if tokenizer is None:
             raise UserError("MuseDataModule needs a tokenizer (an object, a hub name or a local folder)")
@@ -129,6 +140,6 @@ class MuseDataModule(PairedDataModule):
         self.collate_fn = pad_collate(tokenizer.pad_token_id)
 
     def build(self):
-        forget = TextWindows(self.source.texts("raw", "forget"), self.tokenizer, self.max_length)
+        forget = TextWindows(self.source.texts(*self.forget), self.tokenizer, self.max_length)
         retain = TextWindows(self.source.texts("raw", self.retain_split), self.tokenizer, self.max_length)
         return retain, forget, {"forget": forget, "retain": retain}
