@@ -82,8 +82,10 @@ def test_ofmu_finite_difference_under_zero_matches_one_process(assets, tmp_path,
     _assert_same_update(single, sharded, start, tol=1e-3)  # finite differences in float32 amplify reduction noise
 
 
-@pytest.mark.parametrize("method, modes", [("simnpo", [["--stage", "2"]]), ("idkdpo", [["--stage", "3"]]),
-                                           ("rmu", [["--stage", "3"], ["--ddp"]])])
+ALL_MODES = [["--stage", "2"], ["--stage", "3"], ["--ddp"]]
+
+
+@pytest.mark.parametrize("method, modes", [("simnpo", ALL_MODES), ("idkdpo", ALL_MODES), ("rmu", ALL_MODES)])
 def test_llm_baselines_under_sharding_match_one_process(assets, tmp_path, ds_env, method, modes):
     """SimNPO, IdkDPO and RMU (2 steps) make one process's update under ZeRO-2/3 and DDP; under ZeRO-3 the frozen
     reference is sharded: each of the 2 ranks holds half of it."""
