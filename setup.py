@@ -10,6 +10,7 @@ from setuptools import setup
 PACKAGES = [
     "lit_unlearn",
     "lit_unlearn.algorithms",
+    "lit_unlearn.bench",
     "lit_unlearn.data",
     "lit_unlearn.distributed",
     "lit_unlearn.experiments",
@@ -17,6 +18,7 @@ PACKAGES = [
     "lit_unlearn.recipes",
     "lit_unlearn.models",
     "lit_unlearn.modules",
+    "lit_unlearn.verification",
     "lit_unlearn.callbacks",
     "lit_unlearn.configs",
 ]
