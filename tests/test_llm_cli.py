@@ -28,7 +28,15 @@ def test_tofu_demo_then_standalone_eval_reproduces_the_callback(tmp_path, subpro
     for summary in (results, start):
         assert summary["forget_quality"] is not None and 0 <= summary["forget_quality"] <= 1
         assert 0 < summary["model_utility"] <= 1
-    assert list(run.glob("events.out.tfevents.*"))
+    events = list(run.glob("events.out.tfevents.*"))
+    assert events
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(events[0]))
+    acc.Reload()
+    for key in ("forget/es", "forget/em", "mia/gradnorm_auc", "mia/reference_auc"):  # the added metrics reach TB
+        assert f"tofu/{key}" in acc.Tags()["scalars"], key
+        assert results[key] is not None
     reference = json.loads((tmp_path / "runs/tofu/retrain_eval.json").read_text())
     assert len(reference["per_item"]["forget"]["truth_ratio"]) == 32
     again = cli(["tofu-eval", "--model", str(tmp_path / "runs/tofu/hamu/latest/checkpoints/last.ckpt"), "--base",
@@ -37,7 +45,8 @@ def test_tofu_demo_then_standalone_eval_reproduces_the_callback(tmp_path, subpro
                  str(tmp_path / "again.json")], tmp_path, subprocess_env)
     assert "forget_quality" in again.stdout
     standalone = json.loads((tmp_path / "again.json").read_text())["summary"]
-    for key in ("forget_quality", "model_utility", "forget_truth_ratio", "forget/rouge", "mia/min_k_auc"):
+    for key in ("forget_quality", "model_utility", "forget_truth_ratio", "forget/rouge", "mia/min_k_auc", "forget/es",
+                "mia/reference_auc"):
         assert standalone[key] == pytest.approx(results[key], rel=1e-6), key
 
 
