@@ -11,20 +11,18 @@ under data parallelism.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import math
 
-from lightning.pytorch.callbacks import Callback
-
+from lit_unlearn.callbacks.report_evaluation import ReportEvaluation
 from lit_unlearn.errors import UserError
-from lit_unlearn.console import say
 
 __all__ = ["TofuEvaluation"]
 
 
-class TofuEvaluation(Callback):
+class TofuEvaluation(ReportEvaluation):
     kind = "tofu"
+    title = "TOFU"
+
     def __init__(self, source=None, reference: str | None = None, template: str | None = None,
                  max_new_tokens: int = 200, batch_size: int = 32, every_n_epochs: int = 0,
                  evaluate_at_start: bool = False, require_reference: bool = False,
@@ -40,16 +38,13 @@ class TofuEvaluation(Callback):
                 exactly as open-unlearning computes them; the input format follows the datamodule's).
             gradnorm: run the gradient-norm MIA in full reports (one backward pass per forget/holdout item).
         """
-        super().__init__()
+        super().__init__(every_n_epochs, evaluate_at_start)
         self.source, self.reference, self.template = source, reference, template
-        self.max_new_tokens, self.batch_size, self.every_n_epochs = max_new_tokens, batch_size, every_n_epochs
-        self.evaluate_at_start, self.require_reference = evaluate_at_start, require_reference
+        self.max_new_tokens, self.batch_size, self.require_reference = max_new_tokens, batch_size, require_reference
         self.mia_convention, self.gradnorm = mia_convention, gradnorm
         from lit_unlearn.metrics.mia_convention import get_convention
 
         get_convention(mia_convention)  # a typo fails at construction, not after training
-        self._evaluator = None
-        self.last_report = None
 
     def _get_evaluator(self, trainer):
         if self._evaluator is None:
@@ -67,21 +62,6 @@ class TofuEvaluation(Callback):
                                             mia_convention=self.mia_convention, gradnorm=self.gradnorm,
                                             input_format=getattr(formatter, "input_format", "lit-unlearn"))
         return self._evaluator
-
-    def evaluate(self, trainer, pl_module, tag: str):
-        report = self._get_evaluator(trainer).run(pl_module.network, pl_module.device)
-        self.last_report = report
-        folder = trainer.log_dir or trainer.default_root_dir  # a collective under DDP: every rank asks
-        if trainer.is_global_zero:
-            scalars = {f"tofu/{k}": v for k, v in report.summary.items() if v is not None}
-            for logger in trainer.loggers:
-                logger.log_metrics(scalars, step=trainer.global_step)
-            Path(folder).mkdir(parents=True, exist_ok=True)
-            report.save(Path(folder) / f"tofu_{tag}.json")
-            (Path(folder) / f"tofu_{tag}.md").write_text(f"# TOFU ({tag}, step {trainer.global_step})\n\n"
-                                                          + report.table() + "\n")
-            say(f"\nTOFU evaluation ({tag}, step {trainer.global_step})\n{report.table()}")
-        return report
 
     # ----- the metric-source protocol (read by StopAtTarget) ---------------------------------------------------------
     @property
@@ -128,14 +108,3 @@ class TofuEvaluation(Callback):
         names = list(names or TARGET_METRICS)
         report = self._get_evaluator(trainer).run(pl_module.network, pl_module.device, only=names)
         return {n: report.summary.get(TARGET_METRICS[n][0]) for n in names}
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        if self.evaluate_at_start and trainer.global_step == 0:
-            self.evaluate(trainer, pl_module, "start")
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        if self.every_n_epochs and not trainer.sanity_checking and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
-            self.evaluate(trainer, pl_module, f"epoch{trainer.current_epoch + 1}")
-
-    def on_fit_end(self, trainer, pl_module) -> None:
-        self.evaluate(trainer, pl_module, "results")

@@ -45,3 +45,29 @@ def flat_view(net):
         return out
 
     return theta, unflat
+
+
+def assert_same_update(a, b, start, tol):
+    """Tensor by tensor, b lies within tol·‖a − start‖ (+1e-9) of a: the same update from `start`. Skips entries
+    named "__…" (run metadata), integer tensors and BatchNorm running statistics. Returns (compared, moved)."""
+    compared = moved = 0
+    for k in a:
+        if k.startswith("__") or not a[k].is_floating_point() or "running" in k:
+            continue
+        update = (a[k] - start[k]).norm()
+        assert (a[k] - b[k]).norm() <= tol * update + 1e-9, k
+        compared += 1
+        moved += bool(update > 0)
+    return compared, moved
+
+
+def tiny_tofu(folder, seed):
+    """A 20-author × 4-question generated TOFU set written to folder/data, and a 400-token BPE tokenizer trained on
+    every question with each of its answer variants: (splits, tokenizer)."""
+    from lit_unlearn.data import generate_fictitious_tofu, train_bpe_tokenizer, write_tofu_json
+
+    write_tofu_json(folder / "data", n_authors=20, n_questions=4, seed=seed)
+    splits = generate_fictitious_tofu(n_authors=20, n_questions=4, seed=seed)
+    texts = [r["question"] + " " + a for rows in splits.values() for r in rows
+             for a in [r["answer"], *r.get("perturbed_answer", []), r.get("paraphrased_answer", "")] if a]
+    return splits, train_bpe_tokenizer(texts, folder / "tok", vocab_size=400)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from lit_unlearn.bench import load_bench_spec, run_bench
-from lit_unlearn.bench.runner import select_point
+from lit_unlearn.bench.benchmarks import TofuBenchmark
 from lit_unlearn.errors import UserError
 from lit_unlearn.packaged_configs import packaged_config
 
@@ -50,7 +50,7 @@ def test_select_point_is_the_best_forget_quality_above_the_utility_floor():
     for floor in (0.0, 0.5, 0.7, 0.9, 0.95, 1.5):
         ok = [r for r in rows if r["MU"] >= floor * 1.0 and r["FQ"] is not None]
         expected = max(ok, key=lambda r: r["FQ"])["point"] if ok else max(rows, key=lambda r: r["MU"])["point"]
-        assert select_point(rows, 1.0, floor)[0] == expected
+        assert TofuBenchmark().select(rows, {"MU": 1.0}, floor)[0] == expected
 
 
 @pytest.mark.slow
@@ -78,7 +78,7 @@ methods:
     for method in ("GA", "IdkDPO"):
         mine = [r for r in runs if r["phase"] == "validation" and r["method"] == method]
         target_mu = next(r for r in runs if r["phase"] == "validation" and r["method"] == "Target")["MU"]
-        point = select_point(mine, target_mu, spec.utility_floor)[0]
+        point = TofuBenchmark().select(mine, {"MU": target_mu}, spec.utility_floor)[0]
         assert [json.loads(g["hyper_parameters"]) for g in grid if g["method"] == method and g["chosen"] == "True"] \
             == [point]
         assert all(r["point"] == point for r in runs if r["phase"] == "test" and r["method"] == method)

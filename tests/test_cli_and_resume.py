@@ -8,6 +8,8 @@ import sys
 import pytest
 import torch
 
+from helpers import assert_same_update
+
 pytestmark = pytest.mark.slow
 
 TINY_NET = ["--model.init_args.network.init_args.depth=8"]
@@ -72,6 +74,17 @@ def test_unlearn_without_target_says_how_to_make_one(tmp_path, subprocess_env):
     assert out.returncode != 0 and "lit-unlearn pretrain" in out.stderr
 
 
+def _straight_and_crashed(tmp_path, name, config_text, target):
+    """The CLI arguments of a kill-and-resume comparison (config written to tmp_path/name) and its two run
+    folders, one for the uninterrupted run and one for the killed and resumed one."""
+    config = tmp_path / name
+    config.write_text(config_text)
+    common = ["--config", str(config), f"--model.init_args.target_ckpt={target}", *TINY_NET]
+    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
+    straight.mkdir(), crashed.mkdir()
+    return common, straight, crashed
+
+
 def _final_state(folder, kappa=True):
     ckpt = torch.load(folder / "runs/digits/hamu/latest/checkpoints/last.ckpt", map_location="cpu", weights_only=True)
     state = next(v for k, v in ckpt["callbacks"].items() if k.startswith("KappaEarlyStopping")) if kappa else None
@@ -99,11 +112,7 @@ data:
 def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(target, tmp_path, subprocess_env):
     # 21 steps per epoch at these batch sizes; checkpoints every 4 steps; killed at step 26, so the last
     # checkpoint is step 24, mid-way through the second epoch.
-    config = tmp_path / "resume.yaml"
-    config.write_text(RESUME_CONFIG)
-    common = ["--config", str(config), f"--model.init_args.target_ckpt={target}", *TINY_NET]
-    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
-    straight.mkdir(), crashed.mkdir()
+    common, straight, crashed = _straight_and_crashed(tmp_path, "resume.yaml", RESUME_CONFIG, target)
     cli(["unlearn", *common], straight, subprocess_env)
     killed = cli(["unlearn", *common, "--trainer.callbacks+=kill_switch.KillAtStep", "--trainer.callbacks.step=26"],
                  crashed, subprocess_env, check=False)
@@ -149,11 +158,7 @@ def _callback_state(folder, prefix):
 def test_killed_and_resumed_target_run_keeps_the_stop_and_controller_state(target, tmp_path, subprocess_env):
     """SIGKILL in the middle of a run that stops at a target with the quota controller; the resumed run ends on
     the same step, with the same evaluation history and closest weights, bit-equal to an uninterrupted run."""
-    config = tmp_path / "target.yaml"
-    config.write_text(TARGET_CONFIG)
-    common = ["--config", str(config), f"--model.init_args.target_ckpt={target}", *TINY_NET]
-    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
-    straight.mkdir(), crashed.mkdir()
+    common, straight, crashed = _straight_and_crashed(tmp_path, "target.yaml", TARGET_CONFIG, target)
     cli(["unlearn", *common], straight, subprocess_env)
     stop = _callback_state(straight, "StopAtTarget")
     assert stop["first_met_step"] is not None and len(stop["history"]) >= 4
@@ -188,11 +193,4 @@ def test_two_process_ddp_matches_one_process_at_the_same_global_batch(target, tm
     a, a_step, _ = _final_state(one)
     b, b_step, _ = _final_state(two)
     assert a_step == b_step == 1
-    moved = 0
-    for k in a:
-        if not a[k].is_floating_point() or "running" in k:
-            continue
-        update = (a[k] - start[k]).norm()
-        assert (a[k] - b[k]).norm() <= 1e-4 * update + 1e-9, k
-        moved += bool(update > 0)
-    assert moved > 10
+    assert assert_same_update(a, b, start, tol=1e-4)[1] > 10  # and more than 10 tensors moved

@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from helpers import assert_same_update
 from lit_unlearn.checkpoint_io import checkpoint_is_loadable
 from lit_unlearn.data import generate_fictitious_tofu, train_bpe_tokenizer, write_tofu_json
 from lit_unlearn.models import CausalLM, tiny_llama_config
@@ -43,13 +44,8 @@ def ds_env(subprocess_env, tmp_path_factory):
 
 
 def _assert_same_update(a, b, start, tol):
-    moved = 0
-    a = {k: v for k, v in a.items() if not k.startswith("__")}
-    for k in a:
-        update = (a[k] - start[k]).norm()
-        assert (a[k] - b[k]).norm() <= tol * update + 1e-9, k
-        moved += bool(update > 0)
-    assert moved == len(a)
+    compared, moved = assert_same_update(a, b, start, tol)
+    assert compared == len([k for k in a if not k.startswith("__")]) and moved == compared  # every tensor moved
 
 
 @pytest.mark.parametrize("steps", [3])

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from helpers import quick_trainer
+from helpers import quick_trainer, tiny_tofu
 from lit_unlearn.algorithms import hamu_step
 from lit_unlearn.algorithms.losses import IGNORE_INDEX
 from lit_unlearn.data import (
@@ -18,8 +18,6 @@ from lit_unlearn.data import (
     WaterDrumSource,
     generate_fictitious_tofu,
     pad_collate,
-    train_bpe_tokenizer,
-    write_tofu_json,
 )
 from lit_unlearn.metrics import TofuEvaluator
 from lit_unlearn.models import CausalLM, tiny_llama_config
@@ -29,11 +27,7 @@ from lit_unlearn.modules import HAMUModule
 @pytest.fixture(scope="module")
 def tofu(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tofu")
-    write_tofu_json(folder / "data", n_authors=20, n_questions=4, seed=1)
-    splits = generate_fictitious_tofu(n_authors=20, n_questions=4, seed=1)
-    texts = [r["question"] + " " + a for rows in splits.values() for r in rows
-             for a in [r["answer"], *r.get("perturbed_answer", []), r.get("paraphrased_answer", "")] if a]
-    tok = train_bpe_tokenizer(texts, folder / "tok", vocab_size=400)
+    splits, tok = tiny_tofu(folder, seed=1)
     return folder, splits, tok
 
 

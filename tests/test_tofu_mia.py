@@ -10,6 +10,7 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
+from helpers import tiny_tofu
 from lit_unlearn.data import QAFormatter, TofuSource, generate_fictitious_tofu, train_bpe_tokenizer, write_tofu_json
 from lit_unlearn.metrics import TofuEvaluator, tofu_math
 from lit_unlearn.metrics.tofu_eval import _restore_order
@@ -19,11 +20,7 @@ from lit_unlearn.models import CausalLM, tiny_llama_config
 @pytest.fixture(scope="module")
 def tofu(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tofu_mia")
-    write_tofu_json(folder / "data", n_authors=20, n_questions=4, seed=2)
-    splits = generate_fictitious_tofu(n_authors=20, n_questions=4, seed=2)
-    texts = [r["question"] + " " + a for rows in splits.values() for r in rows
-             for a in [r["answer"], *r.get("perturbed_answer", []), r.get("paraphrased_answer", "")] if a]
-    tok = train_bpe_tokenizer(texts, folder / "tok", vocab_size=400)
+    _, tok = tiny_tofu(folder, seed=2)
     eval_splits = TofuSource(str(folder / "data")).eval_splits()
     # A target that has partly memorised the forget answers, so extraction and memorisation are not all zero.
     net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=3)

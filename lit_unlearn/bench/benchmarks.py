@@ -27,7 +27,12 @@ def _best(rows: list[dict], key, ok) -> dict | None:
     return max(good, key=key) if good else None
 
 
-class TofuBenchmark:
+class _Benchmark:
+    def __init__(self) -> None:
+        self._evaluators: dict[tuple[str, str], Any] = {}
+
+
+class TofuBenchmark(_Benchmark):
     name = "tofu"
     columns = {"FQ": "forget_quality", "MU": "model_utility", "FTR": "forget_truth_ratio", "privleak": "privleak",
                "ES": "forget/es", "forget ROUGE": "forget/rouge"}
@@ -36,6 +41,13 @@ class TofuBenchmark:
 
     def levels(self, spec) -> list[str]:
         return list(spec.forget_levels)
+
+    def validation_level(self, spec) -> str:
+        return spec.validation_level
+
+    @staticmethod
+    def level_title(level: str) -> str:
+        return f"forget{level}"
 
     def worlds(self, spec, out: Path, log) -> tuple[World, World]:
         data = spec.data
@@ -84,11 +96,14 @@ class TofuBenchmark:
         from lit_unlearn.data import TofuSource
         from lit_unlearn.metrics import TofuEvaluator
 
+        key = (world.name, level)
+        if key not in self._evaluators:  # one per world and level: the data is read and tokenised once
+            self._evaluators[key] = TofuEvaluator(world.tokenizer, TofuSource(world.data, level).eval_splits(),
+                                                  template=world.template, max_new_tokens=spec.max_new_tokens,
+                                                  reference=world.references[level], gradnorm=False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return TofuEvaluator(world.tokenizer, TofuSource(world.data, level).eval_splits(), template=world.template,
-                                 max_new_tokens=spec.max_new_tokens, reference=world.references[level],
-                                 gradnorm=False).run(network).summary
+            return self._evaluators[key].run(network).summary
 
     def select(self, rows: list[dict], target: dict, floor: float) -> tuple[dict, str]:
         best = _best(rows, lambda r: (r["FQ"], r["MU"]),
@@ -99,7 +114,7 @@ class TofuBenchmark:
         return best["point"], f"no point kept MU >= {floor:g} x target's: max MU"
 
 
-class MuseBenchmark:
+class MuseBenchmark(_Benchmark):
     name = "muse"
     columns = {"VerbMem_f": "verbmem_f", "KnowMem_f": "knowmem_f", "KnowMem_r": "knowmem_r", "PrivLeak": "privleak",
                "ES": "forget/es", "EM": "forget/em"}
@@ -108,7 +123,14 @@ class MuseBenchmark:
                  "privacy leak, utility preserved)")
 
     def levels(self, spec) -> list[str]:
-        return ["forget"]  # MUSE has one forget set (its scalability folds are not read)
+        return ["forget"]  # MUSE's one forget set (the scal / sust folds are not benched)
+
+    def validation_level(self, spec) -> str:
+        return "forget"
+
+    @staticmethod
+    def level_title(level: str) -> str:
+        return "MUSE forget set"
 
     def worlds(self, spec, out: Path, log) -> tuple[World, World]:
         data = spec.data
@@ -151,9 +173,12 @@ class MuseBenchmark:
         from lit_unlearn.data import MuseSource
         from lit_unlearn.metrics.muse_eval import MuseEvaluator
 
-        return MuseEvaluator(world.tokenizer, MuseSource(world.data), spec.max_new_tokens,
-                             max(1, spec.max_new_tokens // 4), reference=world.references[level],
-                             max_length=int(spec.data.get("max_length", 2048))).run(network).summary
+        key = (world.name, level)
+        if key not in self._evaluators:  # one per world: the data is read once
+            self._evaluators[key] = MuseEvaluator(world.tokenizer, MuseSource(world.data), spec.max_new_tokens,
+                                                  max(1, spec.max_new_tokens // 4), reference=world.references[level],
+                                                  max_length=int(spec.data.get("max_length", 2048)))
+        return self._evaluators[key].run(network).summary
 
     def select(self, rows: list[dict], target: dict, floor: float) -> tuple[dict, str]:
         best = _best(rows, lambda r: (-abs(r["PrivLeak"]), r["KnowMem_r"]),

@@ -68,9 +68,8 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
              "Mean ± std over seeds. Hyper-parameters chosen on the validation world: "
              f"{bench.criterion.format(floor=spec.utility_floor)}. Target = before unlearning.", ""]
     for level in sorted({r["level"] for r in table}):
-        title = f"forget{level}" if bench.name == "tofu" else "MUSE forget set"
-        lines += [f"## {title}", "", "| method | hyper-parameters | " + " | ".join(columns) + " |",
-                  "|---|---|" + "---|" * len(columns)]
+        lines += [f"## {bench.level_title(level)}", "",
+                  "| method | hyper-parameters | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
         for r in table:
             if r["level"] == level:
                 point = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["point"].items())
@@ -79,11 +78,11 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
         lines.append("")
     lines += ["Chosen on validation:", ""] + [f"- {m}: {p} ({why})" for m, (p, why) in chosen.items()]
     (out / "results.md").write_text("\n".join(lines) + "\n")
-    _figure(table, out / "figure.png", *bench.figure)
+    _figure(table, out / "figure.png", *bench.figure, bench.level_title)
     return out / "results.md"
 
 
-def _figure(table: list[dict], path: Path, x: str, y: str, log_y: bool) -> None:
+def _figure(table: list[dict], path: Path, x: str, y: str, log_y: bool, level_title) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -104,7 +103,7 @@ def _figure(table: list[dict], path: Path, x: str, y: str, log_y: bool) -> None:
             ax.set_yscale("log")
         ax.set_xlabel(x)
         ax.set_ylabel(y)
-        ax.set_title(f"forget{level}" if level != "forget" else "MUSE")
+        ax.set_title(level_title(level))
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="best")
     fig.tight_layout()

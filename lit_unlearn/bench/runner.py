@@ -14,11 +14,11 @@ from typing import Any, Callable
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_only
 
-from lit_unlearn.bench.benchmarks import TofuBenchmark, World, get_benchmark
+from lit_unlearn.bench.benchmarks import World, get_benchmark
 from lit_unlearn.bench.spec import BenchSpec, MethodSpec
 from lit_unlearn.errors import UserError
 
-__all__ = ["run_bench", "select_point", "unlearn_and_evaluate"]
+__all__ = ["run_bench", "unlearn_and_evaluate"]
 
 
 def _run_key(world: str, method: str, point: dict, level: str, seed: int) -> str:
@@ -51,11 +51,6 @@ def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpe
            "seed": seed, "seconds": round(time.perf_counter() - t0, 1)}
     row.update({col: summary.get(key) for col, key in bench.columns.items()})
     return row
-
-
-def select_point(rows: list[dict], target_mu: float, floor: float) -> tuple[dict, str]:
-    """TOFU's validation criterion (see TofuBenchmark.select)."""
-    return TofuBenchmark().select(rows, {"MU": target_mu}, floor)
 
 
 def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | None = None,
@@ -91,7 +86,7 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
 
     test, val = bench.worlds(spec, out, log)
     levels = bench.levels(spec)
-    val_level = spec.validation_level if bench.name == "tofu" else levels[0]
+    val_level = bench.validation_level(spec)
     log(f"== grid on the validation world ({val_level}, seed {spec.seeds[0]}) ==")
     target_val = run(val, None, {}, val_level, spec.seeds[0], "validation")
     chosen = {}

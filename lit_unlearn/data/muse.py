@@ -46,13 +46,17 @@ class MuseSource:
     def __init__(self, path: str = "muse-bench/MUSE-News", cache_dir: str | None = None) -> None:
         """path: a hub name (muse-bench/MUSE-News, muse-bench/MUSE-Books) or a local folder in MUSE's layout."""
         self.path, self.cache_dir = path, cache_dir
+        self._loaded: dict[tuple[str, str], list[dict]] = {}  # each split read once (evaluations reread them)
 
     @property
     def is_local(self) -> bool:
         return Path(self.path).exists()
 
     def load(self, config: str, split: str) -> list[dict]:
-        """Rows of one config's split as dicts (strings become {"text": ...}); columns checked."""
+        """Rows of one config's split as dicts (strings become {"text": ...}); columns checked. Read once, then
+        shared: do not modify them."""
+        if (config, split) in self._loaded:
+            return self._loaded[(config, split)]
         if config not in MUSE_LAYOUT:
             raise UserError(f"MUSE has no config {config!r}; its configs are {sorted(MUSE_LAYOUT)}")
         if self.is_local:
@@ -66,6 +70,7 @@ class MuseSource:
         if missing:
             raise UserError(f"MUSE {config}/{split} in {self.path} has no column(s) {missing} (it has "
                             f"{sorted(rows[0])})")
+        self._loaded[(config, split)] = rows
         return rows
 
     def _load_hub(self, config: str, split: str) -> list[dict]:

@@ -24,14 +24,14 @@ import warnings
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from lit_unlearn.data.muse import MuseSource
 from lit_unlearn.errors import MissingFileError, UserError
 from lit_unlearn.metrics import muse_math, tofu_math
 from lit_unlearn.metrics.tofu_eval import TofuReport
-from lit_unlearn.metrics.tofu_metrics import ItemMean, MembershipAUC
+from lit_unlearn.metrics.generation import greedy_continuations
+from lit_unlearn.metrics.tofu_metrics import ItemMean, MembershipAUC, rank_and_world
 
 __all__ = ["MuseEvaluator"]
 
@@ -70,22 +70,10 @@ class MuseEvaluator:
         ids = tok(text, add_special_tokens=False)["input_ids"]
         return ([tok.bos_token_id] if tok.bos_token_id is not None else []) + ids
 
-    @torch.no_grad()
     def _generate(self, network: nn.Module, prompts: list[list[int]], max_new_tokens: int, device) -> list[str]:
-        tok, out = self.tokenizer, [""] * len(prompts)
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        for i in range(0, len(order), self.batch_size):
-            idx = order[i:i + self.batch_size]
-            n = max(len(prompts[j]) for j in idx)
-            ids = torch.full((len(idx), n), tok.pad_token_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for row, j in enumerate(idx):  # left padding
-                ids[row, n - len(prompts[j]):], mask[row, n - len(prompts[j]):] = torch.tensor(prompts[j]), 1
-            gen = network.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
-                                   use_cache=True, pad_token_id=tok.pad_token_id)
-            for row, j in enumerate(idx):
-                out[j] = tok.decode(gen[row], skip_special_tokens=True, clean_up_tokenization_spaces=True)
-        return out
+        tok = self.tokenizer
+        new = greedy_continuations(network, prompts, tok.pad_token_id, max_new_tokens, self.batch_size, device)
+        return [tok.decode(g, skip_special_tokens=True, clean_up_tokenization_spaces=True) for g in new]
 
     @torch.no_grad()
     def _token_logprobs(self, network: nn.Module, seqs: list[tuple[list[int], int]], device):
@@ -98,22 +86,27 @@ class MuseEvaluator:
             mask = torch.zeros_like(ids)
             for row, (s, _) in enumerate(chunk):
                 ids[row, :len(s)], mask[row, :len(s)] = torch.tensor(s), 1
-            logits = network(ids.to(device), attention_mask=mask.to(device))
-            logits = getattr(logits, "logits", logits).float()
-            logp = torch.log_softmax(logits[:, :-1], -1)
-            target = ids[:, 1:].to(device)
-            picked = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-            correct = logp.argmax(-1) == target
+            scored = torch.zeros((len(chunk), n - 1), dtype=torch.bool)
             for row, (s, k) in enumerate(chunk):
-                end = len(s) - 1
-                out.append((picked[row, end - k:end].cpu(), correct[row, end - k:end].cpu()))
+                scored[row, len(s) - 1 - k:len(s) - 1] = True
+            logits = network(ids.to(device), attention_mask=mask.to(device))
+            logits = getattr(logits, "logits", logits)[:, :-1]
+            scored = scored.to(device)
+            # Only the scored positions go through the vocabulary-sized maths (never padding, nor the prompt).
+            logp = torch.log_softmax(logits[scored].float(), -1)
+            target = ids[:, 1:].to(device)[scored]
+            picked = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).cpu()
+            correct = (logp.argmax(-1) == target).cpu()
+            start = 0
+            for _, k in chunk:
+                out.append((picked[start:start + k], correct[start:start + k]))
+                start += k
         return out
 
     # ----- the evaluation ------------------------------------------------------------------------------------------
     def run(self, network: nn.Module, device: torch.device | str | None = None) -> TofuReport:
         device = device or next(network.parameters()).device
-        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() \
-            else (0, 1)
+        rank, world = rank_and_world()
         was_training = network.training
         network.eval()
         summary: dict[str, float | None] = {}

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lit_unlearn.metrics.tofu_math import rouge_l_scorer
+
 __all__ = ["rouge_l_f1", "cut_at_stop", "muse_privleak", "KNOWMEM_STOPS"]
 
 KNOWMEM_STOPS = ("\n\n", "\nQuestion", "Question:")
-_SCORER = None
 
 
 def rouge_l_f1(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
     """ROUGE-L F1 (rouge-score, no stemming), per item, as MUSE's RougeEvalLogger."""
-    global _SCORER
-    if _SCORER is None:
-        from rouge_score import rouge_scorer
-
-        _SCORER = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
-    return [_SCORER.score(ref, pred)["rougeL"].fmeasure for pred, ref in zip(predictions, references)]
+    scorer = rouge_l_scorer(False)
+    return [scorer.score(ref, pred)["rougeL"].fmeasure for pred, ref in zip(predictions, references)]
 
 
 def cut_at_stop(text: str, stops: Sequence[str] = KNOWMEM_STOPS) -> str:

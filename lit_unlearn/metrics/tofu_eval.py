@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 
 from lit_unlearn.errors import MissingFileError, UserError
@@ -32,6 +31,7 @@ from lit_unlearn.algorithms.losses import IGNORE_INDEX
 from lit_unlearn.batches import logits_and_labels
 from lit_unlearn.data.tofu import QAFormatter, pad_collate
 from lit_unlearn.metrics import tofu_math
+from lit_unlearn.metrics.generation import greedy_continuations
 from lit_unlearn.metrics.mia_convention import MIAConvention, get_convention
 from lit_unlearn.metrics.tofu_metrics import (
     AnswerProbability,
@@ -41,6 +41,7 @@ from lit_unlearn.metrics.tofu_metrics import (
     ItemMean,
     RougeLRecall,
     TruthRatio,
+    rank_and_world,
 )
 
 __all__ = ["TofuEvaluator", "TofuReport", "HEADLINE", "TARGET_METRICS"]
@@ -222,25 +223,12 @@ class TofuEvaluator:
                 q.requires_grad_(False)
         return torch.tensor(out, dtype=torch.float64)
 
-    @torch.no_grad()
     def _generate(self, network: nn.Module, questions: list[str], device) -> list[str]:
-        """Greedy answers, batched (left padding) with the KV cache; prompts sorted by length to waste less padding."""
-        tok, out = self.tokenizer, [None] * len(questions)
-        prompts = [self.formatter.prompt_ids(q) for q in questions]
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        for i in range(0, len(order), self.batch_size):
-            idx = order[i:i + self.batch_size]
-            n = max(len(prompts[j]) for j in idx)
-            ids = torch.full((len(idx), n), tok.pad_token_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for row, j in enumerate(idx):  # left padding: generation continues right after each prompt
-                ids[row, n - len(prompts[j]):], mask[row, n - len(prompts[j]):] = torch.tensor(prompts[j]), 1
-            gen = network.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=self.max_new_tokens,
-                                   use_cache=True, pad_token_id=tok.pad_token_id,
-                                   eos_token_id=tok.eos_token_id)
-            for row, j in enumerate(idx):
-                out[j] = tok.decode(gen[row], skip_special_tokens=True).strip()  # only the new tokens
-        return out
+        """Greedy answers (batched, length-sorted, KV cache)."""
+        tok = self.tokenizer
+        new = greedy_continuations(network, [self.formatter.prompt_ids(q) for q in questions], tok.pad_token_id,
+                                   self.max_new_tokens, self.batch_size, device, tok.eos_token_id)
+        return [tok.decode(g, skip_special_tokens=True).strip() for g in new]
 
     # ----- the evaluation -----------------------------------------------------------------------------------------
     def run(self, network: nn.Module, device: torch.device | str | None = None,
@@ -257,8 +245,7 @@ class TofuEvaluator:
             membership = any(n[3] for n in needs) or splits is None
         else:
             splits, generate, membership = None, True, True
-        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() \
-            else (0, 1)
+        rank, world = rank_and_world()
         was_training = network.training
         network.eval()
         summary: dict[str, float | None] = {}

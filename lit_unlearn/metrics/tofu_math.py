@@ -5,6 +5,7 @@ Inputs are per-item mean answer-token NLLs (the length-normalised losses TOFU us
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,7 @@ __all__ = [
     "forget_quality",
     "model_utility",
     "MODEL_UTILITY_KEYS",
+    "rouge_l_scorer",
     "rouge_l_recall",
     "min_k_score",
     "min_k_plus_plus_score",
@@ -86,17 +88,18 @@ def model_utility(values: Mapping[str, float]) -> float:
     return float(scipy.stats.hmean(vals))
 
 
-_SCORER = None
+@functools.cache
+def rouge_l_scorer(use_stemmer: bool):
+    """rouge-score's ROUGE-L scorer, built once per setting (TOFU stems, MUSE does not)."""
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=use_stemmer)
 
 
 def rouge_l_recall(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
     """ROUGE-L recall with stemming (rouge-score), per item."""
-    global _SCORER
-    if _SCORER is None:
-        from rouge_score import rouge_scorer
-
-        _SCORER = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
-    return [_SCORER.score(ref, pred)["rougeL"].recall for pred, ref in zip(predictions, references)]
+    scorer = rouge_l_scorer(True)
+    return [scorer.score(ref, pred)["rougeL"].recall for pred, ref in zip(predictions, references)]
 
 
 def min_k_score(token_logprobs: Tensor, k: float = 0.4, rounding: str = "ceil") -> float:

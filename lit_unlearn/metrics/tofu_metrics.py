@@ -7,14 +7,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
 from lit_unlearn.metrics import tofu_math
 
-__all__ = ["PerItem", "ItemMean", "AnswerProbability", "NormalisedProbability", "TruthRatio", "RougeLRecall",
+__all__ = ["rank_and_world", "PerItem", "ItemMean", "AnswerProbability", "NormalisedProbability", "TruthRatio", "RougeLRecall",
            "ForgetQuality", "MembershipAUC"]
+
+
+def rank_and_world() -> tuple[int, int]:
+    """This process's rank and the number of processes (0, 1 without a process group): it scores items
+    rank::world."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 class PerItem(Metric):

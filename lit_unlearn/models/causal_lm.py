@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lit_unlearn.errors import MissingFileError, UserError
+from lit_unlearn.errors import UserError
 
 __all__ = ["CausalLM", "tiny_llama_config", "LLAMA_LORA_TARGETS"]
 

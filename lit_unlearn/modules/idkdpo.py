@@ -9,10 +9,9 @@ Defaults are open-unlearning's (β = 0.1, γ = 1, α = 1). The refusals come fro
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
-from lit_unlearn.algorithms.losses import dpo_loss, sequence_logprob
+from lit_unlearn.algorithms.losses import dpo_loss
 from lit_unlearn.errors import UserError
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
 
@@ -47,22 +46,11 @@ class IdkDPOModule(ObjectiveUnlearningModule):
             raise UserError(f"IdkDPO needs beta > 0, got {beta}")
         self.beta, self.forget_weight, self.retain_weight = beta, forget_weight, retain_weight
 
-    def _logprobs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        logits, labels = self.logits_and_labels(batch)
-        with torch.no_grad():
-            ref_logits = self.reference_logits(batch)
-        return sequence_logprob(logits, labels), sequence_logprob(ref_logits, labels)
-
     def objective(self, retain_batch, forget_batch):
-        win, win_ref = self._logprobs(alternate_batch(forget_batch))
-        lose, lose_ref = self._logprobs(forget_batch)
+        win, win_ref = self.logprob_and_reference(alternate_batch(forget_batch))
+        lose, lose_ref = self.logprob_and_reference(forget_batch)
         forget_term = dpo_loss(win, win_ref, lose, lose_ref, self.beta)
         logs = {"train/dpo_forget": forget_term.detach(),
                 "train/refusal_log_ratio": (win - win_ref).mean().detach(),
                 "train/forget_log_ratio": (lose - lose_ref).mean().detach()}
-        loss = self.forget_weight * forget_term
-        if self.retain_weight:
-            loss_r = self.checked_loss(retain_batch, "retain")
-            loss = loss + self.retain_weight * loss_r
-            logs["train/retain_loss"] = loss_r.detach()
-        return loss, logs
+        return self.plus_retain_nll(forget_term, retain_batch, logs), logs

@@ -8,7 +8,7 @@ from __future__ import annotations
 from torch import nn
 
 from lit_unlearn.errors import UserError
-from lit_unlearn.algorithms.losses import npo_loss, sequence_logprob
+from lit_unlearn.algorithms.losses import npo_loss
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
 
 __all__ = ["NPOModule"]
@@ -33,14 +33,7 @@ class NPOModule(ObjectiveUnlearningModule):
         self.beta, self.forget_weight, self.retain_weight = beta, forget_weight, retain_weight
 
     def objective(self, retain_batch, forget_batch):
-        logits_f, labels_f = self.logits_and_labels(forget_batch)
-        ref_logits_f = self.reference_logits(forget_batch)
-        logp, ref_logp = sequence_logprob(logits_f, labels_f), sequence_logprob(ref_logits_f, labels_f)
+        logp, ref_logp = self.logprob_and_reference(forget_batch)
         forget_term = npo_loss(logp, ref_logp, self.beta)
         logs = {"train/npo_forget": forget_term.detach(), "train/forget_log_ratio": (logp - ref_logp).mean().detach()}
-        loss = self.forget_weight * forget_term
-        if self.retain_weight:
-            loss_r = self.checked_loss(retain_batch, "retain")
-            loss = loss + self.retain_weight * loss_r
-            logs["train/retain_loss"] = loss_r.detach()
-        return loss, logs
+        return self.plus_retain_nll(forget_term, retain_batch, logs), logs

@@ -16,6 +16,7 @@ import copy
 import torch
 from torch import Tensor, nn
 
+from lit_unlearn.algorithms.losses import sequence_logprob
 from lit_unlearn.errors import UserError
 from lit_unlearn.modules.unlearning import UnlearningModule
 
@@ -64,6 +65,21 @@ class ObjectiveUnlearningModule(UnlearningModule):
     @torch.no_grad()
     def reference_logits(self, batch) -> Tensor:
         return self.logits_and_labels(batch, self.reference)[0]
+
+    def logprob_and_reference(self, batch) -> tuple[Tensor, Tensor]:
+        """Each example's summed answer log-probability under the model and under the frozen reference."""
+        logits, labels = self.logits_and_labels(batch)
+        return sequence_logprob(logits, labels), sequence_logprob(self.reference_logits(batch), labels)
+
+    def plus_retain_nll(self, forget_term: Tensor, retain_batch, logs: dict) -> Tensor:
+        """forget_weight·forget_term + retain_weight·NLL(retain), the preference methods' shape; the retain pass
+        is skipped at retain_weight 0 (and its loss logged as train/retain_loss otherwise)."""
+        loss = self.forget_weight * forget_term
+        if self.retain_weight:
+            loss_r = self.checked_loss(retain_batch, "retain")
+            loss = loss + self.retain_weight * loss_r
+            logs["train/retain_loss"] = loss_r.detach()
+        return loss
 
     # ----- Lightning plumbing ---------------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:

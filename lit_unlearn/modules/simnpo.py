@@ -41,9 +41,4 @@ class SimNPOModule(ObjectiveUnlearningModule):
         forget_term = simnpo_loss(logp, n, self.beta, self.delta)
         logs = {"train/simnpo_forget": forget_term.detach(),
                 "train/forget_loss": (-logp / n.clamp_min(1)).mean().detach()}
-        loss = self.forget_weight * forget_term
-        if self.retain_weight:
-            loss_r = self.checked_loss(retain_batch, "retain")
-            loss = loss + self.retain_weight * loss_r
-            logs["train/retain_loss"] = loss_r.detach()
-        return loss, logs
+        return self.plus_retain_nll(forget_term, retain_batch, logs), logs
