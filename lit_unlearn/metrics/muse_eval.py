@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from lit_unlearn.data.muse import MuseSource
+from lit_unlearn.eval_mode import eval_mode
 from lit_unlearn.errors import MissingFileError, UserError
 from lit_unlearn.metrics import muse_math, tofu_math
 from lit_unlearn.metrics.tofu_eval import TofuReport
@@ -107,12 +108,10 @@ class MuseEvaluator:
     def run(self, network: nn.Module, device: torch.device | str | None = None) -> TofuReport:
         device = device or next(network.parameters()).device
         rank, world = rank_and_world()
-        was_training = network.training
-        network.eval()
         summary: dict[str, float | None] = {}
         per_item: dict[str, dict[str, list[float]]] = {}
         notes: list[str] = []
-        try:
+        with eval_mode(network):  # every submodule gets its own mode back
             self._verbmem(network, device, rank, world, summary, per_item)
             for name, qa, icl in (("knowmem_f", "forget_qa", "forget_qa_icl"),
                                   ("knowmem_r", "retain_qa", "retain_qa_icl")):
@@ -122,8 +121,6 @@ class MuseEvaluator:
                     summary[name] = None
                     notes.append(f"{name}: the data has no knowmem/{qa} (MUSE-Books has none)")
             self._privleak(network, device, rank, world, summary, per_item, notes)
-        finally:
-            network.train(was_training)
         ordered = {k: summary.get(k) for k in HEADLINE}
         ordered.update({k: v for k, v in summary.items() if k not in ordered})
         return TofuReport(ordered, per_item, notes, "muse")

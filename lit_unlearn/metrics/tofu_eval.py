@@ -30,6 +30,7 @@ from lit_unlearn.errors import MissingFileError, UserError
 from lit_unlearn.algorithms.losses import IGNORE_INDEX
 from lit_unlearn.batches import logits_and_labels
 from lit_unlearn.data.tofu import QAFormatter, pad_collate
+from lit_unlearn.eval_mode import eval_mode
 from lit_unlearn.metrics import tofu_math
 from lit_unlearn.metrics.generation import greedy_continuations
 from lit_unlearn.metrics.mia_convention import MIAConvention, get_convention
@@ -246,22 +247,20 @@ class TofuEvaluator:
         else:
             splits, generate, membership = None, True, True
         rank, world = rank_and_world()
-        was_training = network.training
-        network.eval()
         summary: dict[str, float | None] = {}
         per_item: dict[str, dict[str, list[float]]] = {}
         notes: list[str] = []
         self._stats = {}  # the weights changed since the last run
         try:
-            for name, rows in self.splits.items():
-                if name == "holdout" or (splits is not None and name not in splits):
-                    continue
-                mine = rows[rank::world]
-                per_item[name] = self._score_split(network, name, mine, device, summary, world, generate)
-            if membership:
-                self._membership(network, device, rank, world, summary, per_item, notes, full=only is None)
+            with eval_mode(network):  # every submodule gets its own mode back (frozen BatchNorm stays frozen)
+                for name, rows in self.splits.items():
+                    if name == "holdout" or (splits is not None and name not in splits):
+                        continue
+                    mine = rows[rank::world]
+                    per_item[name] = self._score_split(network, name, mine, device, summary, world, generate)
+                if membership:
+                    self._membership(network, device, rank, world, summary, per_item, notes, full=only is None)
         finally:
-            network.train(was_training)
             self._stats = {}
         self._aggregate(summary, per_item, notes, partial=only is not None)
         return TofuReport(summary, per_item, notes, self.convention.name)
