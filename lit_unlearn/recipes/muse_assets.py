@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
@@ -26,19 +25,11 @@ def _qa_lines(rows: list[dict], icl: list[dict]) -> list[str]:
 
 def _train(out: Path, texts: list[str], tokenizer, epochs: int, lr: float, seed: int, max_length: int) -> None:
     from lit_unlearn.data import TextWindows, pad_collate
-    from lit_unlearn.models import CausalLM, tiny_llama_config
-    from lit_unlearn.modules import SupervisedModule
-    from lit_unlearn.recipes.tofu_demo import TINY_SIZE
+    from lit_unlearn.recipes.tofu_demo import train_tiny_llama
 
-    pl.seed_everything(seed, verbose=False)
-    net = CausalLM(config=tiny_llama_config(vocab_size=len(tokenizer), **TINY_SIZE), seed=seed)
     loader = DataLoader(TextWindows(texts, tokenizer, max_length), batch_size=16, shuffle=True,
                         collate_fn=pad_collate(tokenizer.pad_token_id), generator=torch.Generator().manual_seed(seed))
-    trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_model_summary=False,
-                         enable_progress_bar=False, accelerator="cpu", devices=1)
-    trainer.fit(SupervisedModule(net, lr=lr), loader)
-    net.save_pretrained(out)
-    tokenizer.save_pretrained(str(out))
+    train_tiny_llama(out, tokenizer, loader, epochs, lr, seed)
 
 
 def prepare_muse_assets(out: str | Path = "runs/muse", seed: int = 0, epochs: int = 40, lr: float = 3e-3,

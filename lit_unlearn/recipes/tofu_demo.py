@@ -35,25 +35,31 @@ def _corpus(data: Path) -> list[str]:
     return list(texts)
 
 
+def train_tiny_llama(out: Path, tokenizer, data, epochs: int, lr: float, seed: int) -> None:
+    """Train a fresh tiny Llama (TINY_SIZE) on `data` (a DataModule or a DataLoader of token batches) with AdamW,
+    and save it with its tokenizer to `out`."""
+    from lit_unlearn.models import CausalLM, tiny_llama_config
+    from lit_unlearn.modules import SupervisedModule
+
+    pl.seed_everything(seed, verbose=False)
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tokenizer), **TINY_SIZE), seed=seed)
+    trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_model_summary=False,
+                         enable_progress_bar=False, accelerator="cpu", devices=1)
+    trainer.fit(SupervisedModule(net, lr=lr), data)
+    net.save_pretrained(out)
+    tokenizer.save_pretrained(str(out))
+
+
 def _finetune(out: Path, data: Path, tokenizer, rows_from: tuple[str, ...], keep: set[str] | None, epochs: int,
               lr: float, seed: int) -> None:
     """Fine-tune a fresh tiny Llama on the named splits plus paraphrases of the allowed facts."""
     from lit_unlearn.data import QAFinetuneDataModule, TofuSource
-    from lit_unlearn.models import CausalLM, tiny_llama_config
-    from lit_unlearn.modules import SupervisedModule
 
     source = TofuSource(str(data))
     paraphrases = [{"question": r["question"], "answer": r["paraphrased_answer"]}
                    for r in source.load_split("full_perturbed") if keep is None or r["question"] in keep]
-
-    pl.seed_everything(seed, verbose=False)
-    net = CausalLM(config=tiny_llama_config(vocab_size=len(tokenizer), **TINY_SIZE), seed=seed)
     dm = QAFinetuneDataModule(source, tokenizer, splits=rows_from, batch_size=32, seed=seed, extra_rows=paraphrases)
-    trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_model_summary=False,
-                         enable_progress_bar=False, accelerator="cpu", devices=1)
-    trainer.fit(SupervisedModule(net, lr=lr), dm)
-    net.save_pretrained(out)
-    tokenizer.save_pretrained(str(out))
+    train_tiny_llama(out, tokenizer, dm, epochs, lr, seed)
 
 
 def reference_paths(out: str | Path, forget_level: str = "10") -> tuple[Path, Path]:
