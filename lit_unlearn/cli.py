@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from lightning.pytorch.cli import LightningCLI
 
+from lit_unlearn.distributed.shutdown import release_process_group
 from lit_unlearn.errors import UserError, user_error_message
 from lit_unlearn.packaged_configs import config_chain, packaged_config
 from lit_unlearn.specs import namespace_to_dict
@@ -232,6 +233,7 @@ def main(argv: list[str] | None = None) -> None:
             close = difflib.get_close_matches(command, [*COMMANDS, *LIGHTNING_SUBCOMMANDS], n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise UserError(f"unknown command {command!r}{hint}; `lit-unlearn --help` lists them")
+        release_process_group()  # a finished multi-process run exits cleanly instead of aborting at shutdown
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as err:  # noqa: BLE001 - user errors become one line; the rest keep their traceback

@@ -12,7 +12,9 @@ import warnings
 import lightning.pytorch as pl
 import torch
 
+from lit_unlearn.callbacks.preemption import Preempted
 from lit_unlearn.data import TofuDataModule, TofuSource
+from lit_unlearn.distributed import release_process_group
 from lit_unlearn.models import CausalLM, tiny_llama_config
 from lit_unlearn.modules import HAMUModule
 
@@ -96,7 +98,11 @@ def main():
                          default_root_dir=args.ckpt_dir,
                          enable_checkpointing=bool(args.ckpt_dir), callbacks=callbacks, enable_progress_bar=False,
                          enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0, **kwargs)
-    trainer.fit(module, dm, ckpt_path=args.resume)
+    try:
+        trainer.fit(module, dm, ckpt_path=args.resume)
+    except Preempted:  # every rank stopped at the same step boundary
+        release_process_group()
+        raise
     params = list(module.network.parameters())
     if args.stage == 3:
         import deepspeed
@@ -114,6 +120,7 @@ def main():
                                                                 for p in reference.parameters()))
     if trainer.is_global_zero:
         torch.save(state, args.out)
+    release_process_group()
 
 
 if __name__ == "__main__":

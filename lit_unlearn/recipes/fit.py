@@ -89,6 +89,7 @@ def fit_run(cli, ckpt_path: str | None = None):
 
     from lit_unlearn.callbacks.preemption import Preempted
     from lit_unlearn.console import say
+    from lit_unlearn.distributed.shutdown import release_process_group
     from lit_unlearn.run_folder import release_claim
 
     run = getattr(cli, "run_folder", None)
@@ -109,6 +110,8 @@ def fit_run(cli, ckpt_path: str | None = None):
         hint = command if "--ckpt_path" in command else f"{command} --ckpt_path last"
         say(f"interrupted at step {trainer.global_step} by {name}; resume with: {hint}")
         release_claim(run)
+        if isinstance(stop, Preempted):  # every rank stopped at the same boundary: no collective is in flight
+            release_process_group()
         raise SystemExit(128 + int(signum)) from None
     except BaseException:
         if not run.remove_if_empty():
