@@ -78,6 +78,31 @@ def test_one_step_equals_sgd_on_the_objective_written_out(name):
         assert objective(module.network, reference, retain, forget) < loss  # a descent step on it
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_graddiff_with_an_adaptive_optimizer_equals_it_on_the_objective_written_out(optimizer):
+    """open-unlearning's GradDiff form: torch's Adam/AdamW (here with weight decay) on L_r − L_f, 3 steps, so the
+    optimizer's moments carry across steps."""
+    lr, steps = 0.01, 3
+    net = tiny_mlp()
+    start = copy.deepcopy(net)
+    module = GradDiffModule(net, lr=lr, retain_weight=1.0, forget_weight=1.0, optimizer=optimizer, weight_decay=0.1)
+    dm = digits_dm()
+    quick_trainer(steps, limit_val_batches=0).fit(module, dm)
+
+    dm.setup("fit")
+    batches = iter(dm.train_dataloader())
+    cls = torch.optim.Adam if optimizer == "adam" else torch.optim.AdamW
+    opt = cls(start.parameters(), lr=lr, weight_decay=0.1)
+    for _ in range(steps):
+        (xr, yr), (xf, yf) = next(batches)
+        opt.zero_grad()
+        (F.cross_entropy(start(xr), yr) - F.cross_entropy(start(xf), yf)).backward()
+        opt.step()
+    for (n, p), q in zip(start.named_parameters(), module.network.parameters()):
+        torch.testing.assert_close(q.detach(), p.detach(), rtol=1e-5, atol=1e-6, msg=n)
+    assert not torch.equal(next(start.parameters()), next(tiny_mlp().parameters()))  # it moved
+
+
 def _loss(net, batch):
     with torch.no_grad():
         return F.cross_entropy(net(batch[0]), batch[1]).item()
@@ -128,3 +153,7 @@ def test_reference_is_not_in_the_checkpoint_and_bad_arguments_are_named():
         SCRUBModule(tiny_mlp(), schedule="sometimes")
     with pytest.raises(ValueError, match="beta"):
         NPOModule(tiny_mlp(), beta=-1)
+    with pytest.raises(ValueError, match="optimizer"):
+        GradDiffModule(tiny_mlp(), optimizer="lion")
+    with pytest.raises(ValueError, match="weight_decay needs optimizer"):
+        GradDiffModule(tiny_mlp(), weight_decay=0.01)

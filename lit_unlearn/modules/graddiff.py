@@ -1,14 +1,18 @@
-"""GradDiff baseline: descend the retain loss and ascend the forget loss, δ = −lr·(∇L_r − ∇L_f)/2.
+"""GradDiff baseline: descend the retain loss and ascend the forget loss, on w_r·L_r − w_f·L_f.
 
+With SGD (the HAMU paper's form, the default) δ = −lr·(w_r∇L_r − w_f∇L_f). open-unlearning's GradDiff, whose
+published TOFU numbers users compare with, uses AdamW (lr 1e-5, weights 1 and 1): `optimizer="adamw"`.
 Same two backward passes as HAMU, so it is also the reference for HAMU's per-step overhead.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
-from lit_unlearn.errors import UserError
 from lit_unlearn.algorithms import combine_into
+from lit_unlearn.errors import UserError
+from lit_unlearn.modules.objective import OPTIMIZERS
 from lit_unlearn.modules.unlearning import UnlearningModule
 
 __all__ = ["GradDiffModule"]
@@ -16,13 +20,32 @@ __all__ = ["GradDiffModule"]
 
 class GradDiffModule(UnlearningModule):
     def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3,
-                 retain_weight: float = 0.5, forget_weight: float = 0.5, freeze_batchnorm: bool = True,
+                 retain_weight: float = 0.5, forget_weight: float = 0.5, optimizer: str = "sgd",
+                 weight_decay: float = 0.0, freeze_batchnorm: bool = True,
                  log_every_n_steps: int | None = None) -> None:
+        """
+        Args:
+            optimizer: "sgd" (plain, the default), "adam" or "adamw" applied to w_r∇L_r − w_f∇L_f.
+            weight_decay: the optimizer's (not applied by plain SGD's pre-scaled step; pass "adamw" to use it).
+        """
         super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
         if lr <= 0:
             raise UserError(f"lr must be positive, got {lr}")
+        if optimizer not in OPTIMIZERS:
+            raise UserError(f"optimizer={optimizer!r}: choose one of {OPTIMIZERS}")
+        if weight_decay and optimizer == "sgd":
+            raise UserError("weight_decay needs optimizer='adam' or 'adamw' in GradDiff (its SGD step applies "
+                            "exactly lr·(w_r∇L_r − w_f∇L_f)); drop weight_decay or choose an adaptive optimizer")
         self.save_hyperparameters(ignore=["network"])
         self.lr, self.retain_weight, self.forget_weight = lr, retain_weight, forget_weight
+        self.optimizer_name, self.weight_decay = optimizer, weight_decay
+
+    def configure_optimizers(self):
+        if self.optimizer_name == "sgd":  # the step is pre-scaled by lr: SGD(lr=1) applies it as it is
+            return super().configure_optimizers()
+        params = self._params or [p for _, p in self.trainable_named_parameters]
+        cls = torch.optim.Adam if self.optimizer_name == "adam" else torch.optim.AdamW
+        return cls(params, lr=self.lr, weight_decay=self.weight_decay)
 
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
         opt = self.optimizers()
@@ -31,8 +54,9 @@ class GradDiffModule(UnlearningModule):
         loss_f = self.checked_loss(forget_batch, "forget")
         grads_f = self.gradients(loss_f, release=False)
         n = len(grads_f)
-        # p.grad = lr·(w_r ∇L_r − w_f ∇L_f); SGD(lr=1) then applies θ ← θ − p.grad.
-        combine_into(grads_f, grads_f, grads_r, [-self.lr * self.forget_weight] * n, [self.lr * self.retain_weight] * n)
+        # p.grad = w_r ∇L_r − w_f ∇L_f, the objective's gradient; for SGD pre-scaled by lr (SGD(lr=1) applies it).
+        scale = self.lr if self.optimizer_name == "sgd" else 1.0
+        combine_into(grads_f, grads_f, grads_r, [-scale * self.forget_weight] * n, [scale * self.retain_weight] * n)
         self.set_update(grads_f)
         opt.step()
         opt.zero_grad(set_to_none=True)
