@@ -3,6 +3,7 @@ very small generated world (outputs, the chosen points recomputed from grid.csv,
 
 import csv
 import json
+import warnings
 
 import pytest
 
@@ -23,7 +24,11 @@ def test_every_packaged_bench_method_builds_at_every_grid_point(preset):
     spec = load_bench_spec(packaged_config(preset))
     for method in spec.methods:
         for point in method.grid_points():
-            build({"class_path": method.class_path, "init_args": {**method.init_args, **point}}, network=net)
+            with warnings.catch_warnings(record=True) as caught:  # e.g. a HAMU quota that can never be met
+                warnings.simplefilter("always")
+                build({"class_path": method.class_path, "init_args": {**method.init_args, **point}}, network=net)
+            said = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+            assert not said, f"{preset}: {method.name} at {point}: {said}"
 
 
 def test_packaged_bench_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
