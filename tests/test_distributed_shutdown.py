@@ -1,6 +1,7 @@
 """A multi-process run that succeeded exits with 0. Left to interpreter shutdown, gloo's worker threads abort
-the process (SIGABRT, "terminate called without an active exception") in about 1 run in 5 of this job; our
-commands and workers destroy the process group first."""
+the process (SIGABRT, "terminate called without an active exception") in about half the runs of this job
+(a ZeRO-3-like ending: an unwaited all-gather, the group referenced elsewhere); our commands and workers end
+through `release_process_group` instead."""
 
 import socket
 import subprocess
@@ -9,7 +10,7 @@ import sys
 import pytest
 
 WORKER = __file__.replace("test_distributed_shutdown.py", "gloo_exit_worker.py")
-ROUNDS = 12  # without the release, P(all 12 rounds exit cleanly) ≈ 0.8^12 ≈ 0.07
+ROUNDS = 12  # left to shutdown, P(all 12 rounds exit cleanly) ≈ 0.5^12; with destroy alone ≈ 0.54^12
 
 
 def _free_port() -> int:
