@@ -28,7 +28,7 @@ def main():
     ap.add_argument("--stage", type=int, default=0)
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--ddp", action="store_true", help="plain DDP instead of DeepSpeed")
-    ap.add_argument("--method", default="hamu", choices=["hamu", "ofmu", "simnpo", "idkdpo", "rmu"])
+    ap.add_argument("--method", default="hamu", choices=["hamu", "ofmu", "simnpo", "idkdpo", "rmu", "graddiff"])
     ap.add_argument("--ckpt-dir")
     ap.add_argument("--resume")
     ap.add_argument("--preempt-at", type=int, help="send SIGUSR1 inside the backward pass of this step")
@@ -54,6 +54,11 @@ def main():
         from lit_unlearn.modules import IdkDPOModule
 
         module = IdkDPOModule(net, lr=0.01, optimizer="sgd", weight_decay=0.0)
+    elif args.method == "graddiff":  # AdamW, as the 7B benches run it: DeepSpeed wraps the client optimizer
+        from lit_unlearn.modules import GradDiffModule
+
+        module = GradDiffModule(net, lr=1e-3, retain_weight=1.0, forget_weight=1.0, optimizer="adamw",
+                                weight_decay=0.01)
     elif args.method == "rmu":
         from lit_unlearn.modules import RMUModule
 

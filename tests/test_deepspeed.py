@@ -81,10 +81,12 @@ def test_ofmu_finite_difference_under_zero_matches_one_process(assets, tmp_path,
 ALL_MODES = [["--stage", "2"], ["--stage", "3"], ["--ddp"]]
 
 
-@pytest.mark.parametrize("method, modes", [("simnpo", ALL_MODES), ("idkdpo", ALL_MODES), ("rmu", ALL_MODES)])
+@pytest.mark.parametrize("method, modes", [("simnpo", ALL_MODES), ("idkdpo", ALL_MODES), ("rmu", ALL_MODES),
+                                           ("graddiff", ALL_MODES)])
 def test_llm_baselines_under_sharding_match_one_process(assets, tmp_path, ds_env, method, modes):
-    """SimNPO, IdkDPO and RMU (2 steps) make one process's update under ZeRO-2/3 and DDP; under ZeRO-3 the frozen
-    reference is sharded: each of the 2 ranks holds half of it."""
+    """SimNPO, IdkDPO, RMU and GradDiff with AdamW (the optimizer DeepSpeed wraps in the 7B benches; 2 steps) make
+    one process's update under ZeRO-2/3 and DDP; under ZeRO-3 the frozen reference is sharded: each of the 2
+    ranks holds half of it."""
     root, vocab = assets
     single = run(root, tmp_path / "one.pt", "--method", method, "--steps", "2", env=ds_env)
     start = {n: p.detach() for n, p in CausalLM(config=tiny_llama_config(vocab_size=vocab), seed=0).named_parameters()}
