@@ -7,12 +7,11 @@ Same two backward passes as HAMU, so it is also the reference for HAMU's per-ste
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from lit_unlearn.algorithms import combine_into
 from lit_unlearn.errors import UserError
-from lit_unlearn.modules.objective import OPTIMIZERS
+from lit_unlearn.modules.optimizers import build_optimizer, check_optimizer
 from lit_unlearn.modules.unlearning import UnlearningModule
 
 __all__ = ["GradDiffModule"]
@@ -31,8 +30,7 @@ class GradDiffModule(UnlearningModule):
         super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
         if lr <= 0:
             raise UserError(f"lr must be positive, got {lr}")
-        if optimizer not in OPTIMIZERS:
-            raise UserError(f"optimizer={optimizer!r}: choose one of {OPTIMIZERS}")
+        check_optimizer(optimizer)
         if weight_decay and optimizer == "sgd":
             raise UserError("weight_decay needs optimizer='adam' or 'adamw' in GradDiff (its SGD step applies "
                             "exactly lr·(w_r∇L_r − w_f∇L_f)); drop weight_decay or choose an adaptive optimizer")
@@ -43,9 +41,8 @@ class GradDiffModule(UnlearningModule):
     def configure_optimizers(self):
         if self.optimizer_name == "sgd":  # the step is pre-scaled by lr: SGD(lr=1) applies it as it is
             return super().configure_optimizers()
-        params = self._params or [p for _, p in self.trainable_named_parameters]
-        cls = torch.optim.Adam if self.optimizer_name == "adam" else torch.optim.AdamW
-        return cls(params, lr=self.lr, weight_decay=self.weight_decay)
+        return build_optimizer(self.optimizer_name, self.optimized_parameters, self.lr,
+                               weight_decay=self.weight_decay)
 
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
         opt = self.optimizers()

@@ -18,11 +18,10 @@ from torch import Tensor, nn
 
 from lit_unlearn.algorithms.losses import sequence_logprob
 from lit_unlearn.errors import UserError
+from lit_unlearn.modules.optimizers import build_optimizer, check_optimizer
 from lit_unlearn.modules.unlearning import UnlearningModule
 
-__all__ = ["OPTIMIZERS", "ObjectiveUnlearningModule"]
-
-OPTIMIZERS = ("sgd", "adam", "adamw")
+__all__ = ["ObjectiveUnlearningModule"]
 
 
 class ObjectiveUnlearningModule(UnlearningModule):
@@ -40,8 +39,7 @@ class ObjectiveUnlearningModule(UnlearningModule):
         super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
         if not lr > 0:
             raise UserError(f"lr must be positive, got {lr}")
-        if optimizer not in OPTIMIZERS:
-            raise UserError(f"optimizer={optimizer!r}: choose one of {OPTIMIZERS}")
+        check_optimizer(optimizer)
         self.save_hyperparameters(ignore=["network"])  # collects a subclass's own arguments too
         self.lr, self.optimizer_name, self.momentum, self.weight_decay = lr, optimizer, momentum, weight_decay
         self._reference: nn.Module | None = None
@@ -98,11 +96,8 @@ class ObjectiveUnlearningModule(UnlearningModule):
             self._reference.to(device=self.device)
 
     def configure_optimizers(self):
-        params = self._params or [p for _, p in self.trainable_named_parameters]
-        if self.optimizer_name == "sgd":
-            return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
-        cls = torch.optim.Adam if self.optimizer_name == "adam" else torch.optim.AdamW
-        return cls(params, lr=self.lr, weight_decay=self.weight_decay)
+        return build_optimizer(self.optimizer_name, self.optimized_parameters, self.lr, self.momentum,
+                               self.weight_decay)
 
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
         opt = self.optimizers()

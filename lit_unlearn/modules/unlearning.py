@@ -216,7 +216,12 @@ class UnlearningModule(pl.LightningModule):
     def configure_optimizers(self):
         # The trainer computes the whole update δ itself and writes p.grad = −δ; plain SGD with lr 1 applies it
         # (and gives Lightning an optimizer to count steps, checkpoint and, under sharding, to wrap).
-        return torch.optim.SGD(self._params or [p for _, p in self.trainable_named_parameters], lr=1.0)
+        return torch.optim.SGD(self.optimized_parameters, lr=1.0)
+
+    @property
+    def optimized_parameters(self) -> list[nn.Parameter]:
+        """What the optimizer steps: the trainable parameters (collected in setup, or now if it has not run)."""
+        return self._params or [p for _, p in self.trainable_named_parameters]
 
     def training_step(self, batch, batch_idx: int):
         if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
