@@ -5,7 +5,6 @@ asked), log VerbMem / KnowMem / PrivLeak / ES / EM to the trainer's loggers (Ten
 from __future__ import annotations
 
 from lit_unlearn.callbacks.report_evaluation import ReportEvaluation
-from lit_unlearn.errors import UserError
 
 __all__ = ["MuseEvaluation"]
 
@@ -13,6 +12,7 @@ __all__ = ["MuseEvaluation"]
 class MuseEvaluation(ReportEvaluation):
     kind = "muse"
     title = "MUSE"
+    source_type, source_has, datamodule_type = "MuseSource", "texts", "MuseDataModule"
 
     def __init__(self, source=None, reference: str | None = None, retrain_auc: float | None = None,
                  verbmem_max_new_tokens: int = 128, knowmem_max_new_tokens: int = 32, batch_size: int = 8,
@@ -23,19 +23,13 @@ class MuseEvaluation(ReportEvaluation):
             reference: the retrained model's saved report (PrivLeak's AUC_retrain); retrain_auc: a number instead
                 (e.g. MUSE's published 0.4772 for News at Min-40%).
         """
-        super().__init__(every_n_epochs, evaluate_at_start)
-        self.source, self.reference, self.retrain_auc = source, reference, retrain_auc
+        super().__init__(source, every_n_epochs, evaluate_at_start)
+        self.reference, self.retrain_auc = reference, retrain_auc
         self.verbmem_tokens, self.knowmem_tokens = verbmem_max_new_tokens, knowmem_max_new_tokens
         self.batch_size = batch_size
 
-    def _get_evaluator(self, trainer):
-        if self._evaluator is None:
-            from lit_unlearn.metrics.muse_eval import MuseEvaluator
+    def _build_evaluator(self, trainer, source):
+        from lit_unlearn.metrics.muse_eval import MuseEvaluator
 
-            dm = trainer.datamodule
-            source = self.source or getattr(dm, "source", None)
-            if source is None or not hasattr(source, "texts"):
-                raise UserError("MuseEvaluation needs a MuseSource (give `source=` or use a MuseDataModule)")
-            self._evaluator = MuseEvaluator(dm.tokenizer, source, self.verbmem_tokens, self.knowmem_tokens,
-                                            self.batch_size, self.reference, self.retrain_auc)
-        return self._evaluator
+        return MuseEvaluator(trainer.datamodule.tokenizer, source, self.verbmem_tokens, self.knowmem_tokens,
+                             self.batch_size, self.reference, self.retrain_auc)

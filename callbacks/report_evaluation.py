@@ -9,6 +9,7 @@ from pathlib import Path
 from lightning.pytorch.callbacks import Callback
 
 from lit_unlearn.console import say
+from lit_unlearn.errors import UserError
 
 __all__ = ["ReportEvaluation"]
 
@@ -17,15 +18,31 @@ class ReportEvaluation(Callback):
     kind = "report"    # the scalar prefix and file stem
     title = "Report"   # the heading in the markdown file and the console
 
-    def __init__(self, every_n_epochs: int = 0, evaluate_at_start: bool = False) -> None:
+    # Set by each benchmark: what `source=` must be and an attribute that tells it apart, and the datamodule
+    # that provides one (named in the error when neither is given).
+    source_type: str
+    source_has: str
+    datamodule_type: str
+
+    def __init__(self, source=None, every_n_epochs: int = 0, evaluate_at_start: bool = False) -> None:
         super().__init__()
-        self.every_n_epochs, self.evaluate_at_start = every_n_epochs, evaluate_at_start
+        self.source, self.every_n_epochs, self.evaluate_at_start = source, every_n_epochs, evaluate_at_start
         self._evaluator = None
         self.last_report = None
 
-    def _get_evaluator(self, trainer):
-        """The benchmark's evaluator (built once, on first use)."""
+    def _build_evaluator(self, trainer, source):
+        """The benchmark's evaluator over `source`."""
         raise NotImplementedError
+
+    def _get_evaluator(self, trainer):
+        """The evaluator, built on first use over `source=` or the datamodule's source."""
+        if self._evaluator is None:
+            source = self.source or getattr(trainer.datamodule, "source", None)
+            if source is None or not hasattr(source, self.source_has):
+                raise UserError(f"{type(self).__name__} needs a {self.source_type} (give `source=` or use a "
+                                f"{self.datamodule_type})")
+            self._evaluator = self._build_evaluator(trainer, source)
+        return self._evaluator
 
     def evaluate(self, trainer, pl_module, tag: str):
         report = self._get_evaluator(trainer).run(pl_module.network, pl_module.device)

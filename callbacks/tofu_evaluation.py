@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 from lit_unlearn.callbacks.report_evaluation import ReportEvaluation
-from lit_unlearn.errors import UserError
 
 __all__ = ["TofuEvaluation"]
 
@@ -22,6 +21,7 @@ __all__ = ["TofuEvaluation"]
 class TofuEvaluation(ReportEvaluation):
     kind = "tofu"
     title = "TOFU"
+    source_type, source_has, datamodule_type = "TofuSource", "eval_splits", "TofuDataModule"
 
     def __init__(self, source=None, reference: str | None = None, template: str | None = None,
                  max_new_tokens: int = 200, batch_size: int = 32, every_n_epochs: int = 0,
@@ -38,30 +38,24 @@ class TofuEvaluation(ReportEvaluation):
                 exactly as open-unlearning computes them; the input format follows the datamodule's).
             gradnorm: run the gradient-norm MIA in full reports (one backward pass per forget/holdout item).
         """
-        super().__init__(every_n_epochs, evaluate_at_start)
-        self.source, self.reference, self.template = source, reference, template
+        super().__init__(source, every_n_epochs, evaluate_at_start)
+        self.reference, self.template = reference, template
         self.max_new_tokens, self.batch_size, self.require_reference = max_new_tokens, batch_size, require_reference
         self.mia_convention, self.gradnorm = mia_convention, gradnorm
         from lit_unlearn.metrics.mia_convention import get_convention
 
         get_convention(mia_convention)  # a typo fails at construction, not after training
 
-    def _get_evaluator(self, trainer):
-        if self._evaluator is None:
-            from lit_unlearn.metrics import TofuEvaluator
+    def _build_evaluator(self, trainer, source):
+        from lit_unlearn.metrics import TofuEvaluator
 
-            dm = trainer.datamodule
-            source = self.source or getattr(dm, "source", None)
-            if source is None or not hasattr(source, "eval_splits"):
-                raise UserError("TofuEvaluation needs a TofuSource (give `source=` or use a TofuDataModule)")
-            formatter = getattr(dm, "formatter", None)
-            template = self.template or getattr(formatter, "template", "plain")
-            self._evaluator = TofuEvaluator(dm.tokenizer, source.eval_splits(), template=template,
-                                            max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,
-                                            reference=self.reference, require_reference=self.require_reference,
-                                            mia_convention=self.mia_convention, gradnorm=self.gradnorm,
-                                            input_format=getattr(formatter, "input_format", "lit-unlearn"))
-        return self._evaluator
+        formatter = getattr(trainer.datamodule, "formatter", None)
+        return TofuEvaluator(trainer.datamodule.tokenizer, source.eval_splits(),
+                             template=self.template or getattr(formatter, "template", "plain"),
+                             max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,
+                             reference=self.reference, require_reference=self.require_reference,
+                             mia_convention=self.mia_convention, gradnorm=self.gradnorm,
+                             input_format=getattr(formatter, "input_format", "lit-unlearn"))
 
     # ----- the metric-source protocol (read by StopAtTarget) ---------------------------------------------------------
     @property
