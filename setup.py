@@ -11,14 +11,16 @@ PACKAGES = [
     "lit_unlearn",
     "lit_unlearn.algorithms",
     "lit_unlearn.bench",
+    "lit_unlearn.commands",
     "lit_unlearn.data",
     "lit_unlearn.distributed",
     "lit_unlearn.experiments",
+    "lit_unlearn.launch",
     "lit_unlearn.metrics",
-    "lit_unlearn.recipes",
     "lit_unlearn.models",
     "lit_unlearn.modules",
     "lit_unlearn.verification",
+    "lit_unlearn.worlds",
     "lit_unlearn.callbacks",
     "lit_unlearn.configs",
 ]
@@ -49,7 +51,7 @@ setup(
         "lit_unlearn.callbacks": "callbacks",
         "lit_unlearn.configs": "configs",
     },
-    package_data={"lit_unlearn.configs": ["*.yaml"]},
+    package_data={"lit_unlearn.configs": ["*.yaml"], "lit_unlearn.data": ["tofu_release/*"]},
     include_package_data=True,
     # torch is pinned by the install instructions (a CPU wheel is installed first); a range here keeps pip
     # from replacing it.

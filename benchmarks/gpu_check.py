@@ -123,7 +123,7 @@ def run_method(name: str, make_module, dm, s: dict, strategy=None) -> dict:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     module = make_module()
-    module.report = False
+    module.run_report.enabled = False
     trainer = pl.Trainer(max_steps=s["warmup"] + s["steps"], accelerator="gpu" if s["device"] == "cuda" else "cpu",
                          devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,

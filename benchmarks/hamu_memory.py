@@ -49,7 +49,7 @@ class PeakMemory(Callback):
 def peak_bytes(make_module, make_dm) -> int:
     probe = PeakMemory()
     module = make_module()
-    module.report = False
+    module.run_report.enabled = False
     pl.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                enable_model_summary=False, limit_val_batches=0, callbacks=[probe], log_every_n_steps=50).fit(
         module, make_dm())
@@ -74,7 +74,7 @@ def main() -> None:
 
     from lit_unlearn.data import TofuDataModule, TofuSource, generate_fictitious_tofu, train_bpe_tokenizer, write_tofu_json
     from lit_unlearn.models import CausalLM, tiny_llama_config
-    from lit_unlearn.recipes.tofu_demo import TINY_SIZE
+    from lit_unlearn.worlds.tiny_llama import TINY_SIZE
 
     folder = tempfile.mkdtemp()
     write_tofu_json(f"{folder}/data")

@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import Callback
 from lit_unlearn.data import TofuDataModule, TofuSource, generate_fictitious_tofu, train_bpe_tokenizer, write_tofu_json
 from lit_unlearn.models import CausalLM, tiny_llama_config
 from lit_unlearn.modules import GradDiffModule, HAMUModule
-from lit_unlearn.recipes.tofu_demo import TINY_SIZE
+from lit_unlearn.worlds.tiny_llama import TINY_SIZE
 
 
 class TokenTimer(Callback):
@@ -44,7 +44,7 @@ class TokenTimer(Callback):
 def rates(make_module, dm_factory, steps: int, log_every: int) -> list[float]:
     timer = TokenTimer()
     module = make_module()
-    module.report = False
+    module.run_report.enabled = False
     trainer = pl.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, limit_val_batches=0, callbacks=[timer], log_every_n_steps=log_every)
     trainer.fit(module, dm_factory())

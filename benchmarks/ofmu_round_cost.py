@@ -80,7 +80,7 @@ def main() -> None:
 
     timer = StepTimer()
     module = OFMUModule(net, inner_steps=args.inner_steps, inner_lr=1e-4, beta=args.beta, outer_lr=1e-4, rho=1.0)
-    module.report = False
+    module.run_report.enabled = False
     trainer = pl.Trainer(max_steps=args.rounds + 1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                          callbacks=[timer], log_every_n_steps=1)

@@ -107,9 +107,10 @@ def main() -> None:
     from lit_unlearn.data import TofuSource
     from lit_unlearn.data.tokenizer import load_tokenizer
     from lit_unlearn.models import CausalLM, tiny_llama_config
-    from lit_unlearn.recipes.tofu_demo import TINY_SIZE, prepare_tofu_assets
+    from lit_unlearn.worlds.generated_tofu import prepare_generated_tofu
+    from lit_unlearn.worlds.tiny_llama import TINY_SIZE
 
-    paths = prepare_tofu_assets(args.folder, log=lambda *a: None)
+    paths = prepare_generated_tofu(args.folder, log=lambda *a: None)
     tok = load_tokenizer(str(paths["tokenizer"]))
     splits = TofuSource(str(paths["data"])).eval_splits()
     if args.vocab:

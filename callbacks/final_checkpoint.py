@@ -19,7 +19,8 @@ class FinalCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer, pl_module) -> None:
         # Relies on ModelCheckpoint's bookkeeping of the last saved step (lightning is pinned for this). A run that
         # ended on earlier weights (StopAtTarget restored the closest) must rewrite last.ckpt with them.
-        restored = getattr(pl_module, "ended_on_step", None) not in (None, trainer.global_step)
+        report = getattr(pl_module, "run_report", None)
+        restored = getattr(report, "ended_on_step", None) not in (None, trainer.global_step)
         if self.save_last and (restored or trainer.global_step != self._last_global_step_saved):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
         else:

@@ -1,6 +1,7 @@
 """Judge an unlearning run against the retrained gold standard (classifiers).
 
-At setup the retrained reference is loaded, or trained once and cached (`RetrainedReference`). Before the first
+At setup the retrained reference is loaded: given, or from the cache, where the launch path trained it before the
+run started (`RetrainedReference.ensure`, called by lit_unlearn.launch.runs.fit_run). Before the first
 step and when fitting ends the callback measures UA, RA, TA, per-class test accuracy, MIA-efficacy, the
 forget-vs-retrain AUC and Avg. Gap, for the model and for the reference; it logs them to TensorBoard
 (`verify/*`, step 0 and the final step) and hands them to the run's results table and `results.json`
@@ -92,10 +93,6 @@ class ForgettingVerification(Callback):
                       network_spec=getattr(pl_module, "network_spec", None), dataset=dm.dataset, forget=dm.forget,
                       forget_indices=dm.forget_indices, n_train=len(dm.forget_indices) + len(dm.retain_indices),
                       log=say, device=trainer.strategy.root_device)
-        if trainer.world_size > 1:  # one process trains (or reads) the cache, the others load it afterwards
-            network = self.reference.load(pl_module.network, **kwargs) if trainer.is_global_zero else None
-            trainer.strategy.barrier("retrained_reference")
-            return network or self.reference.load(pl_module.network, **kwargs)
         return self.reference.load(pl_module.network, **kwargs)
 
     def _ensure_reference_measured(self, pl_module) -> None:
@@ -115,9 +112,9 @@ class ForgettingVerification(Callback):
         self.after = self.target_values(trainer, pl_module)
         self._log(trainer, self.after, step=trainer.global_step)
         ref = self.reference_values()
-        pl_module.report_verification(before=self.before, after=self.after, retrain=ref,
-                                      reference_splits=self._reference_splits(),
-                                      reference_info=getattr(self.reference, "info", None))
+        pl_module.run_report.add_verification(before=self.before, after=self.after, retrain=ref,
+                                              reference_splits=self._reference_splits(),
+                                              reference_info=getattr(self.reference, "info", None))
 
     def _reference_splits(self) -> dict[str, dict[str, float]] | None:
         if self.reference_measures is None:

@@ -8,8 +8,11 @@ size η_t ≤ η, so that HAMU's predicted gain is exactly p_t (`lit_unlearn.alg
 - when even Q = 0 forgets faster (κ < 0: retain descent itself raises the forget loss), Q_t = 0 and η_t shrinks.
 
 L_f is the step's forget-batch loss; L* the goal: the retrained model's mean forget loss for a retrain-relative
-target, or what an absolute target on the forget loss implies. Logged every step: `control/goal`,
-`control/distance`, `control/wanted_gain`, `control/quota_limit`, `control/eta`, and HAMU's `hamu/quota` (Q_t).
+target, or what an absolute target on the forget loss implies. With `escalate` > 0 the goal is raised by that
+factor at each evaluation of the stop target that finds it unmet while the loss is at the goal
+(lit_unlearn.algorithms.quota.escalated_goal): for targets the forget loss only approximates, such as TOFU's forget
+quality on truth ratios. Logged every step: `control/goal`, `control/distance`, `control/wanted_gain`,
+`control/quota_limit`, `control/eta`, and HAMU's `hamu/quota` (Q_t).
 """
 
 from __future__ import annotations
@@ -18,28 +21,37 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from lit_unlearn.algorithms.quota import steer
+from lit_unlearn.algorithms.quota import escalated_goal, steer
 from lit_unlearn.errors import UserError
 
 __all__ = ["QuotaController"]
 
 
 class QuotaController(Callback):
-    def __init__(self, horizon: float = 10.0, max_fraction: float = 0.9, goal: float | None = None) -> None:
+    def __init__(self, horizon: float = 10.0, max_fraction: float = 0.9, goal: float | None = None,
+                 escalate: float = 0.0, reach: float = 0.95) -> None:
         """
         Args:
             horizon: H, the steps over which the remaining distance is spread (larger: slower, gentler approach).
             max_fraction: never ask more than this fraction of the largest feasible quota.
             goal: the mean forget loss to steer to; None takes it from the run's StopAtTarget (the retrained
                 model's mean forget loss, or the forget loss an absolute target implies).
+            escalate: raise the goal by this factor (0.25: +25 %) at each evaluation of the stop target that finds
+                it unmet while the mean forget loss since the previous evaluation is at least `reach` × the goal
+                (0: never).
         """
         super().__init__()
         if not horizon > 0:
             raise UserError(f"QuotaController: horizon must be > 0 steps, got {horizon}")
         if not 0 < max_fraction <= 1:
             raise UserError(f"QuotaController: max_fraction must be in (0, 1], got {max_fraction}")
+        if escalate < 0 or not 0 < reach <= 1:
+            raise UserError(f"QuotaController: escalate must be ≥ 0 and reach in (0, 1], got {escalate}, {reach}")
         self.horizon, self.max_fraction, self.goal = float(horizon), float(max_fraction), goal
+        self.escalate, self.reach = float(escalate), float(reach)
         self.last: dict[str, float] = {}
+        self.recent: list[float] = []  # forget losses since the stop target's last evaluation
+        self.seen_evaluations = 0
         self._stopper = None
         self._trainer = None
 
@@ -74,15 +86,23 @@ class QuotaController(Callback):
                    allocation=request.allocation, clip_norm=request.clip_norm, max_fraction=self.max_fraction)
         self.last = {"goal": goal, "distance": distance, "quota_limit": st.limit, "quota": st.quota, "eta": st.eta,
                      "wanted_gain": st.wanted_gain, "step": request.step}
+        self.recent.append(float(request.loss_forget))
         return st.quota, st.eta
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.last:
             pl_module.log_dict({f"control/{k}": float(v) for k, v in self.last.items() if k != "step"},
                                on_step=True, on_epoch=False)
+        history = getattr(self._stopper, "history", None) or []
+        if self.escalate and self.goal is not None and len(history) > self.seen_evaluations:
+            self.seen_evaluations = len(history)  # the stop target was just evaluated (it runs before us)
+            self.goal = escalated_goal(self.goal, self.recent, bool(history[-1]["met"]), self.escalate, self.reach)
+            self.recent = []
 
     def state_dict(self) -> dict[str, Any]:
-        return {"goal": self.goal, "last": self.last}
+        return {"goal": self.goal, "last": self.last, "recent": self.recent, "seen_evaluations": self.seen_evaluations}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.goal, self.last = state_dict["goal"], dict(state_dict["last"])
+        self.recent = list(state_dict.get("recent", []))
+        self.seen_evaluations = int(state_dict.get("seen_evaluations", 0))

@@ -29,7 +29,7 @@ __all__ = ["StopAtTarget"]
 
 class StopAtTarget(Callback):
     def __init__(self, target: str, every_n_steps: int = 5, patience: int = 0, min_steps: int = 0,
-                 verbose: bool = True) -> None:
+                 verbose: bool = True, lazy: bool | None = None) -> None:
         """
         Args:
             target: one line, e.g. "forget_vs_retrain_auc <= 0.6", "ua within 0.05 of retrain",
@@ -38,6 +38,10 @@ class StopAtTarget(Callback):
             every_n_steps: evaluate the target every n optimizer steps (independent of data epochs).
             patience: after the target is first met, evaluate this many more times looking for closer weights.
             min_steps: never stop before this many steps.
+            lazy: with several parts, evaluate them in order and stop at the first unmet one (later parts are
+                "not evaluated": they count neither as met nor in the distance). None: lazy for TOFU targets,
+                whose parts cost very differently (forget quality scores one split; model utility generates
+                answers for three), eager for classifier targets (one pass measures them all).
         """
         super().__init__()
         self.targets = parse_targets(target)
@@ -47,6 +51,7 @@ class StopAtTarget(Callback):
         if patience < 0 or min_steps < 0:
             raise UserError(f"StopAtTarget: patience and min_steps must be ≥ 0, got {patience}, {min_steps}")
         self.every_n_steps, self.patience, self.min_steps, self.verbose = every_n_steps, patience, min_steps, verbose
+        self.lazy = lazy
         self.source = None
         self.history: list[dict[str, float]] = []  # {step, value, distance, met}
         self.best: dict[str, float] | None = None
@@ -102,19 +107,34 @@ class StopAtTarget(Callback):
                             "to trainer.callbacks")
 
     # ----- evaluation --------------------------------------------------------------------------------------------------
+    def _values(self, trainer, pl_module) -> dict[str, float]:
+        """The parts' metric values: all at once, or (lazy) in order up to the first unmet part."""
+        lazy = self.lazy if self.lazy is not None else self.target.info.kind == "tofu"
+        if not lazy or len(self.targets) == 1:
+            return self.source.target_values(trainer, pl_module, list(dict.fromkeys(t.metric for t in self.targets)))
+        values: dict[str, float] = {}
+        for t in self.targets:
+            if t.metric not in values:
+                values.update(self.source.target_values(trainer, pl_module, [t.metric]))
+            if values.get(t.metric) is None or not t.met(values[t.metric], self.source.reference_values()):
+                break
+        return values
+
     def evaluate(self, trainer, pl_module) -> dict[str, float]:
-        values = self.source.target_values(trainer, pl_module, list(dict.fromkeys(t.metric for t in self.targets)))
-        missing = [t.metric for t in self.targets if values.get(t.metric) is None]
+        values = self._values(trainer, pl_module)
+        evaluated = [t for t in self.targets if t.metric in values]
+        missing = [t.metric for t in evaluated if values.get(t.metric) is None]
         if missing:
             raise UserError(f"target metric(s) {missing} could not be computed in this run")
         reference = self.source.reference_values()
-        met = [t.met(values[t.metric], reference) for t in self.targets]
-        dist = [t.distance(values[t.metric], reference) for t in self.targets]
+        # Parts left out by a lazy evaluation are neither met nor counted in the distance.
+        met = [t.met(values[t.metric], reference) if t in evaluated else False for t in self.targets]
+        dist = [t.distance(values[t.metric], reference) if t in evaluated else 0.0 for t in self.targets]
         row = {"step": float(trainer.global_step), "value": float(values[self.target.metric]),
                "met": float(all(met)), "n_met": float(sum(met)),
                "distance": dist[0] if all(met) else float(sum(d for d, m in zip(dist, met) if not m))}
         if len(self.targets) > 1:
-            row.update({f"value/{t.metric}": float(values[t.metric]) for t in self.targets})
+            row.update({f"value/{t.metric}": float(values[t.metric]) for t in evaluated})
         self.history.append(row)
         if trainer.is_global_zero:
             for logger in trainer.loggers:
@@ -183,8 +203,8 @@ class StopAtTarget(Callback):
         self.ended_on_step = int(best["step"])
         if self.ended_on_step != trainer.global_step:
             _restore(pl_module.network, self.best_weights)
-        if hasattr(pl_module, "ended_on"):  # the run's report carries the summary
-            pl_module.ended_on(self.ended_on_step, note=self.summary())
+        if hasattr(pl_module, "run_report"):  # the run's report carries the summary
+            pl_module.run_report.ended_on(self.ended_on_step, note=self.summary())
         elif self.verbose:
             say(self.summary())
 

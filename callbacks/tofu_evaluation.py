@@ -1,9 +1,11 @@
 """Run the TOFU evaluation from inside training: at the end of fitting (and every n epochs if asked), log the
-metrics to the trainer's logger (TensorBoard: `tofu/...`) and write `tofu_results.{md,json}` to its folder.
+metrics to the trainer's logger (TensorBoard: `tofu/...`, and `verify/...` for the verification against the
+retain-only model) and write `tofu_results.{md,json}` to its folder.
 
-It is also the metric source of a `StopAtTarget` on TOFU metrics (forget quality and privleak against the
-retain-only model's report, forget truth ratio, model utility): those are evaluated with scoring passes only
-(no generation) except model utility.
+It is also the metric source of a `StopAtTarget` on TOFU metrics (forget quality, privleak and the
+forget-vs-retain-only AUC against the retain-only model's report, forget truth ratio, model utility and its ratio
+to the target's): those are evaluated with scoring passes only (no generation) except model utility. The target's
+own numbers (the first evaluation, before any update) are kept, in checkpoints too, for the utility ratio.
 
 Every process takes part (items are split rank::world and the metric states gathered), so it also works
 under data parallelism.
@@ -16,6 +18,8 @@ import math
 from lit_unlearn.callbacks.report_evaluation import ReportEvaluation
 
 __all__ = ["TofuEvaluation"]
+
+WORLD = "world"  # reference="world": the retain-only report beside the world's data folder
 
 
 class TofuEvaluation(ReportEvaluation):
@@ -30,7 +34,9 @@ class TofuEvaluation(ReportEvaluation):
         """
         Args:
             source: a TofuSource for the eval splits (default: the datamodule's source).
-            reference: the retrain model's saved report (JSON) for forget quality; None reports it missing.
+            reference: the retain-only model's saved report (JSON) for forget quality; "world": the one beside the
+                datamodule's data folder for its forget level (`retain_only_{level}_eval.json`, as the worlds of
+                lit_unlearn.worlds lay them out); None reports forget quality as missing.
             template: QA template (default: the datamodule's).
             every_n_epochs: also evaluate after every n-th validation (0: only at the end).
             evaluate_at_start: evaluate once before the first step too (logged at step 0).
@@ -42,6 +48,8 @@ class TofuEvaluation(ReportEvaluation):
         self.reference, self.template = reference, template
         self.max_new_tokens, self.batch_size, self.require_reference = max_new_tokens, batch_size, require_reference
         self.mia_convention, self.gradnorm = mia_convention, gradnorm
+        self.start_summary: dict | None = None  # the target's numbers, before unlearning
+        self._trainer = None
         from lit_unlearn.metrics.mia_convention import get_convention
 
         get_convention(mia_convention)  # a typo fails at construction, not after training
@@ -53,9 +61,57 @@ class TofuEvaluation(ReportEvaluation):
         return TofuEvaluator(trainer.datamodule.tokenizer, source.eval_splits(),
                              template=self.template or getattr(formatter, "template", "plain"),
                              max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,
-                             reference=self.reference, require_reference=self.require_reference,
+                             reference=self._reference_file(trainer), require_reference=self.require_reference,
                              mia_convention=self.mia_convention, gradnorm=self.gradnorm,
-                             input_format=getattr(formatter, "input_format", "lit-unlearn"))
+                             input_format=getattr(formatter, "input_format", "lit-unlearn"), baseline=self.start_summary)
+
+    def _reference_file(self, trainer):
+        if self.reference != WORLD:
+            return self.reference
+        from pathlib import Path
+
+        from lit_unlearn.errors import MissingFileError
+
+        source = getattr(trainer.datamodule, "source", None)
+        path = Path(getattr(source, "path", "")).parent / f"retain_only_{getattr(source, 'forget_level', '10')}_eval.json"
+        if not path.is_file():
+            raise MissingFileError(f"TofuEvaluation(reference='world'): {path} not found; build the world's retain-only "
+                                   "model for this forget level first (`lit-unlearn tofu-demo`, or "
+                                   "lit_unlearn.worlds.prepare_tofu_world(levels=[...])), or give the report's path")
+        return str(path)
+
+    def _remember_start(self, trainer, report) -> None:
+        """The first full-utility numbers seen before any update are the target's: the utility ratio's baseline."""
+        if self.start_summary is None and trainer.global_step == 0 and report.summary.get("model_utility") is not None:
+            self.start_summary = dict(report.summary)
+            evaluator = self._get_evaluator(trainer)
+            evaluator.baseline = self.start_summary
+            from lit_unlearn.metrics.tofu_verification import tofu_verification
+
+            report.verification = tofu_verification(report.summary, report.per_item, evaluator.reference,
+                                                    self.start_summary)
+
+    def evaluate(self, trainer, pl_module, tag: str):
+        if tag == "start" and self.start_summary is None:  # the ratio of the start is 1 by definition
+            report = self._get_evaluator(trainer).run(pl_module.network, pl_module.device)
+            self._remember_start(trainer, report)
+            return self.publish(trainer, report, tag)
+        return super().evaluate(trainer, pl_module, tag)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        # The utility ratio of a stop target needs the target's own utility before the first update.
+        wants_ratio = any(getattr(t, "metric", None) == "model_utility_ratio"
+                          for cb in trainer.callbacks for t in getattr(cb, "targets", []) or [])
+        if trainer.global_step == 0 and (self.evaluate_at_start or (wants_ratio and self.start_summary is None)):
+            self.evaluate(trainer, pl_module, "start")
+
+    def state_dict(self) -> dict:
+        return {"start_summary": self.start_summary}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.start_summary = state_dict.get("start_summary")
+        if self._evaluator is not None:
+            self._evaluator.baseline = self.start_summary
 
     # ----- the metric-source protocol (read by StopAtTarget) ---------------------------------------------------------
     @property
@@ -65,25 +121,29 @@ class TofuEvaluation(ReportEvaluation):
     def available(self, metric: str) -> bool:
         from lit_unlearn.metrics.tofu_eval import TARGET_METRICS
 
-        return metric in TARGET_METRICS and (self.has_reference or metric not in ("forget_quality", "privleak"))
+        return metric in TARGET_METRICS and (self.has_reference or metric not in ("forget_quality", "privleak",
+                                                                             "forget_vs_retain_only_auc"))
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        self._trainer = trainer  # the reference is read through the evaluator, built on first use
 
     def _reference_report(self) -> dict | None:
         if self.reference is None:
             return None
-        from lit_unlearn.metrics.tofu_eval import _load_reference
-
-        return _load_reference(self.reference)
+        return self._get_evaluator(self._trainer).reference
 
     def reference_values(self) -> dict[str, float] | None:
         ref = self._reference_report()
         if ref is None:
             return None
         summary = ref.get("summary", {})
-        values = {"forget_quality": 1.0, "privleak": 0.0}  # the retain-only model against itself
+        values = {"forget_quality": 1.0, "privleak": 0.0, "forget_vs_retain_only_auc": 0.5}  # against itself
         for name, key in (("forget_truth_ratio", "forget_truth_ratio"), ("model_utility", "model_utility"),
                           ("forget_prob", "forget/prob"), ("forget_loss_tofu", "forget/nll")):
             if summary.get(key) is not None:
                 values[name] = summary[key]
+        if summary.get("model_utility") is not None and (self.start_summary or {}).get("model_utility"):
+            values["model_utility_ratio"] = summary["model_utility"] / self.start_summary["model_utility"]
         if "forget_loss_tofu" not in values:
             values["forget_loss_tofu"] = self.reference_forget_loss()
         return values
@@ -101,4 +161,5 @@ class TofuEvaluation(ReportEvaluation):
 
         names = list(names or TARGET_METRICS)
         report = self._get_evaluator(trainer).run(pl_module.network, pl_module.device, only=names)
-        return {n: report.summary.get(TARGET_METRICS[n][0]) for n in names}
+        self._remember_start(trainer, report)
+        return {n: report.value(TARGET_METRICS[n][0]) for n in names}

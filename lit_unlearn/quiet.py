@@ -13,7 +13,10 @@ import os
 import sys
 import warnings
 
-__all__ = ["silence_library_noise", "NOISE"]
+__all__ = ["silence_library_noise", "quiet_lightning", "NOISE"]
+
+LOGGERS = ("lightning.pytorch", "lightning.fabric", "lightning", "pytorch_lightning", "DeepSpeed", "deepspeed")
+_silenced = False
 
 NOISE = (
     r".*LightningCLI's args parameter is intended to run from within Python.*",
@@ -33,11 +36,21 @@ NOISE = (
 )
 
 
+def quiet_lightning() -> None:
+    """Lightning's info lines off (its loggers to warnings), if the command line asked for quiet. Lightning sets
+    them to INFO when it is imported, which comes after the command line starts (it loads Lightning only for the
+    commands that train): the launch path calls this once it has imported Lightning."""
+    if _silenced:
+        for name in LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def silence_library_noise() -> None:
+    global _silenced
+    _silenced = True
     for pattern in NOISE:
         warnings.filterwarnings("ignore", message=pattern)
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning", "pytorch_lightning", "DeepSpeed", "deepspeed"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    quiet_lightning()
     # Weight-shard loading/writing bars and generation-flag notes. Importing Lightning already imports
     # transformers where it is installed, so the environment variables alone come too late: switch them off too.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -51,8 +64,8 @@ def silence_library_noise() -> None:
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-    # DeepSpeed warns at import that it fell back to the CPU when it finds no GPU: say it explicitly instead.
-    import torch
-
-    if not torch.cuda.is_available():
+    # DeepSpeed warns at import that it fell back to the CPU when it finds no GPU: say it explicitly instead (the
+    # driver's device files tell without importing torch, which help and listing commands never load).
+    if not any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl")) and \
+            not os.environ.get("CUDA_VISIBLE_DEVICES"):
         os.environ.setdefault("DS_ACCELERATOR", "cpu")

@@ -70,7 +70,7 @@ def main():
             g = torch.Generator().manual_seed(1)
             for p in net.parameters():
                 p.add_(0.02 * torch.randn(p.shape, generator=g))
-    module.report = False
+    module.run_report.enabled = False
     alternates = "generated" if args.method == "idkdpo" else None
     dm = TofuDataModule(TofuSource(args.data), tok, retain_batch_size=8, forget_batch_size=4,
                         alternate_answers=alternates)

@@ -10,7 +10,7 @@ import pytest
 from lit_unlearn.bench import load_bench_spec, run_bench
 from lit_unlearn.bench.benchmarks import TofuBenchmark
 from lit_unlearn.errors import UserError
-from lit_unlearn.packaged_configs import packaged_config
+from lit_unlearn.packaged_files import packaged_config
 
 
 @pytest.mark.parametrize("preset", ["bench_tofu_tiny", "bench_tofu_llama2_7b", "bench_muse_tiny",

@@ -53,15 +53,16 @@ def test_pretrain_then_unlearn_writes_table_and_tensorboard(target, tmp_path, su
     assert "digits_hamu.yaml" in listed and "cifar10_hamu.yaml" in listed
 
 
-def test_the_recipe_a_target_records_retrains_it_bit_for_bit(target):
+def test_the_recipe_a_target_records_retrains_it_bit_for_bit(target, tmp_path):
     """The retrained reference repeats the target's training with its recorded recipe; on the full training set
     (no forget set) that must give the target itself, bit for bit, or the reference is not the target's recipe."""
     from lit_unlearn.data import DigitsSource
-    from lit_unlearn.verification import TrainingRecipe, train_classifier
+    from lit_unlearn.launch.runs import train_classifier
+    from lit_unlearn.verification import TrainingRecipe
 
     recipe = TrainingRecipe.from_checkpoint(target)
     assert recipe.epochs == 2 and recipe.network["init_args"]["depth"] == 8
-    again = train_classifier(recipe, DigitsSource(test_fraction=0.2, seed=0)).state_dict()
+    again = train_classifier(recipe, DigitsSource(test_fraction=0.2, seed=0), root=tmp_path).state_dict()
     original = torch.load(target, map_location="cpu", weights_only=True)["state_dict"]
     assert again.keys() == original.keys()
     for k in original:

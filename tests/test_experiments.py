@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from helpers import digits_dm, quick_trainer
 from lit_unlearn.callbacks import TrajectoryRecorder
-from lit_unlearn.packaged_configs import config_chain
+from lit_unlearn.launch.presets import config_chain
 from lit_unlearn.experiments import STUDIES, load_config, run_suite
 from lit_unlearn.models import CifarResNet
 from lit_unlearn.modules import HAMUModule

@@ -225,7 +225,7 @@ def test_generated_forget_and_holdout_authors_are_exchangeable_for_the_retain_on
     import warnings
 
     from lit_unlearn.data.tokenizer import load_tokenizer
-    from lit_unlearn.recipes.tofu_demo import _corpus, _finetune
+    from lit_unlearn.worlds.generated_tofu import _corpus, _finetune
 
     data = write_tofu_json(tmp_path / "data", n_authors=300, n_questions=2, seed=0)
     splits = generate_fictitious_tofu(n_authors=300, n_questions=2, seed=0)

@@ -16,7 +16,7 @@ from lit_unlearn.errors import UserError
 from lit_unlearn.models import CifarResNet
 from lit_unlearn.modules import GradDiffModule, HAMUModule
 from lit_unlearn.verification import ClassifierVerifier, ForgetTarget, RetrainedReference, TrainingRecipe
-from lit_unlearn.verification.retrain import train_classifier
+from lit_unlearn.launch.runs import Launched, fit_run, train_classifier
 from lit_unlearn.verification.targets import parse_targets
 
 NET = {"class_path": "lit_unlearn.models.CifarResNet", "init_args": {"depth": 8, "num_classes": 10, "in_channels": 1}}
@@ -51,10 +51,10 @@ def test_target_grammar_and_semantics():
 
 # ----- the verifier ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def nets():
-    source = DigitsSource(seed=0)
-    target = train_classifier(RECIPE, source)
-    retrained = train_classifier(RECIPE, source, ClassForget(0))
+def nets(tmp_path_factory):
+    source, root = DigitsSource(seed=0), tmp_path_factory.mktemp("nets")
+    target = train_classifier(RECIPE, source, root=root / "target")
+    retrained = train_classifier(RECIPE, source, ClassForget(0), root=root / "retrained")
     return target.network.eval(), retrained.network.eval()
 
 
@@ -90,20 +90,39 @@ def test_verifier_matches_a_direct_computation(nets):
 
 
 def test_reference_is_trained_once_per_setting_and_cached(tmp_path):
+    from types import SimpleNamespace
+
     dm = digits_dm()
     dm.setup("fit")
+    module = SimpleNamespace(target_ckpt=None, network_spec=None)
+    trained = []
+
+    def train(recipe, dataset, forget, network_spec, root):
+        trained.append(root)
+        return train_classifier(recipe, dataset, forget, network_spec, root).network
+
+    def ensure_retrained(reference, module, datamodule):
+        return reference.ensure(module, datamodule, train)
+
     network = CifarResNet(depth=8, num_classes=10, in_channels=1)
     ref = RetrainedReference(recipe={"epochs": 1, "network": NET}, cache_dir=str(tmp_path))
     kw = dict(target_ckpt=None, network_spec=None, dataset=dm.dataset, forget=dm.forget,
               forget_indices=dm.forget_indices, n_train=len(dm.forget_indices) + len(dm.retain_indices), log=print)
+    with pytest.raises(UserError, match="no retrained reference cached"):
+        ref.load(network, **kw)  # loading never trains: the launch path does, before the run
+    assert ensure_retrained(ref, module, dm)
     a = ref.load(network, **kw)
     assert ref.info["trained"] and len(list(tmp_path.iterdir())) == 1
+    assert not ensure_retrained(ref, module, dm)  # cached
     b = ref.load(network, **kw)
     assert not ref.info["trained"]
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
-    other = dm.forget_indices[:-1]  # another forget set is another reference
-    ref.load(network, **{**kw, "forget_indices": other})
-    assert len(list(tmp_path.iterdir())) == 2
+    other = SimpleNamespace(dataset=dm.dataset, forget=dm.forget, forget_indices=dm.forget_indices[:-1],
+                            retain_indices=dm.retain_indices)  # another forget set is another reference
+    assert ensure_retrained(ref, module, other)
+    ref.load(network, **{**kw, "forget_indices": other.forget_indices,
+                         "n_train": len(other.forget_indices) + len(other.retain_indices)})
+    assert len(list(tmp_path.iterdir())) == 2 and len(trained) == 2
     with pytest.raises(UserError, match="no target_ckpt"):
         RetrainedReference(cache_dir=str(tmp_path)).load(network, **kw)
     with pytest.raises(UserError, match="unknown training-recipe keys"):
@@ -115,7 +134,7 @@ def _module(nets, cls=HAMUModule, **kw):
     target, _ = nets
     net = copy.deepcopy(target)
     module = cls(net, **kw)
-    module.report = False
+    module.run_report.enabled = False
     return module
 
 
@@ -137,7 +156,7 @@ def test_stops_at_the_first_met_evaluation_and_ends_on_the_closest_weights(nets,
     first = next(s for s in evaluated if probe[s - 1] >= threshold)
     assert stop.first_met_step == first
     assert stop.stopped_step == first + 2 * 3 == module.global_step
-    assert stop.ended_on_step == first and module.ended_on_step == first
+    assert stop.ended_on_step == first and module.run_report.ended_on_step == first
     # The final weights are those after `first` steps of an identical run.
     replay = _module(nets, GradDiffModule, lr=0.002)
     quick_trainer(first, limit_val_batches=0).fit(replay, digits_dm(seed=0))
@@ -192,12 +211,13 @@ def test_quota_controller_keeps_every_step_feasible_and_steers_to_the_goal(nets,
 def test_verification_reports_before_after_and_retrained(nets, tmp_path):
     dm = digits_dm()
     module = _module(nets, eta=0.05, quota=1e-3)
-    module.report = True
+    module.run_report.enabled = True
     ref = RetrainedReference(recipe={"epochs": 2, "network": NET}, cache_dir=str(tmp_path / "cache"))
     ver = ForgettingVerification(reference=ref)
-    quick_trainer(6, callbacks=[ver], limit_val_batches=0, default_root_dir=str(tmp_path)).fit(module, dm)
-    v = module.verification
+    trainer = quick_trainer(6, callbacks=[ver], limit_val_batches=0, default_root_dir=str(tmp_path))
+    fit_run(Launched(trainer, module, dm))  # the launch path trains the reference first
+    v = module.run_report.verification
     for key in ("forget_vs_retrain_auc", "mia_efficacy", "mia_efficacy_retrain", "ua", "ua_retrain", "avg_gap"):
         assert v[key] is not None, key
     assert v["ua_before"] < 0.02 and v["ua_retrain"] == pytest.approx(1.0)  # the target knew class 0; the retrained never saw it
-    assert module.reference_eval["forget"]["acc"] == pytest.approx(0.0)
+    assert module.run_report.reference_eval["forget"]["acc"] == pytest.approx(0.0)

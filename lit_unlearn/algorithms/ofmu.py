@@ -3,6 +3,11 @@
 Inner objective (maximised):  Φ(θ) = L_f(θ) − β·cos(∇L_f, ∇L_r).
 Outer objective (minimised):  F(θ) = L_r(θ) + ρ_k‖∇Φ(θ)‖²,   ∇F = ∇L_r + 2ρ_k·∇²Φ·∇Φ.
 
+Bounded inner objective (optional): Φ_c = min(L_f, c) − β·cos. A forget loss such as the NLL has no maximum, so
+Φ has no stationary point for the penalty to find and the inner ascent never stops; with a ceiling c (e.g. the
+retain-only model's forget loss: "forgotten as much as a model that never saw the data") the forget term is flat
+past c and only the decorrelation term is left (`capped_phi_gradient`).
+
 ∇Φ needs the gradient of the cosine, which by the chain rule is H_f·a + H_r·b with
 a = ∂cos/∂g_f = g_r/(‖g_f‖‖g_r‖) − cos·g_f/‖g_f‖²  and  b = ∂cos/∂g_r (the same with f, r swapped).
 Two ways to get Hessian-vector products, never materialising a Hessian:
@@ -30,6 +35,8 @@ __all__ = [
     "RHO_SCHEDULES",
     "PhiGradient",
     "Reduce",
+    "capped_phi_gradient",
+    "clip_scale",
     "cosine_partials",
     "dot",
     "fd_hvp",
@@ -73,6 +80,7 @@ class PhiGradient:
     loss_forget: Tensor
     loss_retain: Tensor
     cosine: Tensor
+    grad_forget: Grads | None = None  # ∇L_f at the same θ (with a graph when ∇Φ has one)
 
 
 def phi_gradient_autograd(loss_forget: Tensor, loss_retain: Tensor, params: Sequence[Tensor], beta: float,
@@ -93,8 +101,9 @@ def phi_gradient_autograd(loss_forget: Tensor, loss_retain: Tensor, params: Sequ
                                        allow_unused=True)
         grad = [f - (torch.zeros_like(p) if c is None else c) for f, c, p in zip(g_f, cos_grad, params)]
     if not create_graph:
-        grad = [g.detach() for g in grad]
-    return PhiGradient(grad, [g.detach() for g in g_r], loss_forget.detach(), loss_retain.detach(), cos.detach())
+        grad, g_f = [g.detach() for g in grad], [g.detach() for g in g_f]
+    return PhiGradient(grad, [g.detach() for g in g_r], loss_forget.detach(), loss_retain.detach(), cos.detach(),
+                       g_f)
 
 
 def fd_hvp(grad_at: Callable[[Sequence[Tensor] | None, float], Grads], v: Sequence[Tensor],
@@ -119,12 +128,27 @@ def phi_gradient_fd(grads_at: Callable[[Sequence[Tensor] | None, float], tuple[G
     g_f, g_r, loss_f, loss_r = grads_at(None, 0.0, which="both")
     cos, a, b = cosine_partials(g_f, g_r, eps, reduce)
     if beta == 0.0:
-        return PhiGradient(list(g_f), list(g_r), loss_f, loss_r, cos)
+        return PhiGradient(list(g_f), list(g_r), loss_f, loss_r, cos, list(g_f))
     hf_a = fd_hvp(lambda d, s: grads_at(d, s, which="forget")[0], a, h, reduce)
     del a
     hr_b = fd_hvp(lambda d, s: grads_at(d, s, which="retain")[1], b, h, reduce)
     grad = [f - beta * (x + y) for f, x, y in zip(g_f, hf_a, hr_b)]
-    return PhiGradient(grad, list(g_r), loss_f, loss_r, cos)
+    return PhiGradient(grad, list(g_r), loss_f, loss_r, cos, list(g_f))
+
+
+def capped_phi_gradient(pg: PhiGradient, ceiling: float | None) -> Grads:
+    """∇Φ_c for Φ_c = min(L_f, c) − β·cos: ∇Φ below the ceiling, ∇Φ − ∇L_f (the decorrelation term) at or above it."""
+    if ceiling is None or float(pg.loss_forget) < ceiling:
+        return pg.grad
+    return [g - f for g, f in zip(pg.grad, pg.grad_forget)]
+
+
+def clip_scale(grads: Sequence[Tensor], max_norm: float | None, reduce: Reduce | None = None) -> float:
+    """The factor that scales `grads` down to global norm ≤ max_norm (1 when it is within, or max_norm is None)."""
+    if max_norm is None:
+        return 1.0
+    n = float(norm(grads, reduce))
+    return min(1.0, max_norm / n) if n > 0 else 1.0
 
 
 def rho_at(k: int, schedule: str = "constant", rho0: float = 1.0, rate: float = 0.0,

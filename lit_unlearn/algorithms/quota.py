@@ -20,6 +20,10 @@ per step once ‖G_f‖ > c, and ‖G_f‖ grows as forgetting proceeds, so each
   P(η_t, Q_t) = s_f·p: the largest step η when some Q ≤ max_fraction × min(limit, G) gives it, else Q_t = 0
   and η_t = s_f·p / Σ_i max(0, −κ_i); capped at the full-effort step (that largest Q, η) when even that is too
   little. So Q_t stays feasible and within the κ₂ bound: the controller never forces retain damage.
+- The goal is a proxy for the user's target (e.g. the retrained model's mean forget loss for "forget quality ≥
+  0.05"). Where the target measures something the forget loss does not track exactly (TOFU's truth ratios), the
+  loss can sit at its goal while the target stays unmet: `escalated_goal` then raises the goal, by a factor, at
+  each evaluation of the target that finds it unmet with the loss at the goal.
 """
 
 from __future__ import annotations
@@ -90,6 +94,15 @@ class Steering:
     eta: float  # η_t ≤ η
     wanted_gain: float  # s_f·p, clipped units
     limit: float  # quota_limit at η_t
+
+
+def escalated_goal(goal: float, recent_losses, target_met: bool, growth: float, reach: float = 0.95) -> float:
+    """The next forget-loss goal: `goal·(1 + growth)` when the target is not met although the loss has reached the
+    goal (the mean of the forget losses since the last evaluation is ≥ reach·goal), else `goal`."""
+    losses = [float(x) for x in recent_losses]
+    if growth <= 0 or target_met or not losses or not math.isfinite(goal):
+        return goal
+    return goal * (1.0 + growth) if sum(losses) / len(losses) >= reach * goal else goal
 
 
 def steer(rr: Tensor, ff: Tensor, rf: Tensor, *, distance: float, horizon: float, eta: float,

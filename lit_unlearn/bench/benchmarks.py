@@ -74,11 +74,11 @@ class TofuBenchmark(_Benchmark):
     @staticmethod
     def _generated(folder: Path, seed: int, levels: list[str], spec, log, n_authors: int, epochs: int) -> World:
         from lit_unlearn.data.tokenizer import load_tokenizer
-        from lit_unlearn.recipes.tofu_demo import prepare_tofu_assets
+        from lit_unlearn.worlds.generated_tofu import prepare_generated_tofu
 
         refs = {}
         for level in levels:
-            paths = prepare_tofu_assets(folder, seed=seed, forget_level=level, max_new_tokens=spec.max_new_tokens,
+            paths = prepare_generated_tofu(folder, seed=seed, forget_level=level, max_new_tokens=spec.max_new_tokens,
                                         n_authors=n_authors, epochs=epochs,
                                         log=lambda msg: log(f"[{folder.name}] {msg.strip('= ')}"))
             refs[level] = str(paths["reference"])
@@ -152,7 +152,7 @@ class MuseBenchmark(_Benchmark):
     @staticmethod
     def _generated(folder: Path, seed: int, spec, log, data: dict, size: dict) -> World:
         from lit_unlearn.data.tokenizer import load_tokenizer
-        from lit_unlearn.recipes.muse_assets import prepare_muse_assets
+        from lit_unlearn.worlds.muse import prepare_muse_assets
 
         paths = prepare_muse_assets(folder, seed=seed, epochs=int(data.get("epochs", 40)),
                                     verbmem_max_new_tokens=spec.max_new_tokens,

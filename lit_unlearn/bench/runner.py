@@ -1,7 +1,9 @@
 """Run the bench: grid on the validation world, then every method × forget level × seed on the test world.
 
-Every finished run is appended to OUT/runs.jsonl at once, so an interrupted bench resumes where it stopped
-(rerun the same command). The table, CSV and figure are written from that file at the end.
+Every run goes through the launch path (its own folder under OUT/runs/, pre-emption safe), and every finished
+run is appended to OUT/runs.jsonl at once: an interrupted bench resumes where it stopped when the same command runs
+again (finished runs are read back, the interrupted one continues from its checkpoint). The table, CSV and figures
+are written from that file at the end.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_only
 
 from lit_unlearn.bench.benchmarks import World, get_benchmark
@@ -21,32 +22,38 @@ from lit_unlearn.errors import UserError
 __all__ = ["run_bench", "unlearn_and_evaluate"]
 
 
-def _run_key(world: str, method: str, point: dict, level: str, seed: int) -> str:
-    return json.dumps([world, method, point, level, seed], sort_keys=True)
+def _run_key(world: str, method: str, point: dict, level: str, seed: int, steps: int) -> str:
+    return json.dumps([world, method, point, level, seed, steps], sort_keys=True)
+
+
+def _no_report(module) -> None:
+    module.run_report.enabled = False  # the bench evaluates with the benchmark's own report
 
 
 def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpec | None, point: dict, level: str,
-                         seed: int, scratch: Path = Path(".")) -> dict[str, Any]:
-    """One run: the method's module on the world's target for `spec.steps` steps, then the benchmark's report.
-    method=None evaluates the target itself (the "before" row)."""
-    from lit_unlearn.models import CausalLM
-    from lit_unlearn.specs import build
+                         seed: int, runs: Path = Path("runs")) -> dict[str, Any]:
+    """One run: the method's module on the world's target for `spec.steps` steps (through the launch path, in its
+    own folder under `runs`), then the benchmark's report. method=None evaluates the target itself (the "before"
+    row)."""
+    from lit_unlearn.launch.runs import RunSpec, launch
+    from lit_unlearn.specs import fingerprint
 
-    pl.seed_everything(seed, verbose=False)
-    network = CausalLM(name_or_path=world.target, **world.network_args)
+    network = {"class_path": "lit_unlearn.models.CausalLM",
+               "init_args": {"name_or_path": world.target, **world.network_args}}
     t0 = time.perf_counter()
-    if method is not None:
-        module = build({"class_path": method.class_path, "init_args": {**method.init_args, **point}}, network=network)
-        module.report = False  # the bench evaluates with the benchmark's own report
-        trainer_args = {"accelerator": "cpu", "devices": 1, "default_root_dir": str(scratch)} | spec.trainer
-        if isinstance(trainer_args.get("strategy"), dict):  # e.g. DeepSpeed ZeRO-3 in the 7B config
-            trainer_args["strategy"] = build(trainer_args["strategy"])
-        trainer = pl.Trainer(max_steps=spec.steps, max_epochs=-1, logger=False, enable_checkpointing=False,
-                             enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                             limit_val_batches=0, **trainer_args)
-        trainer.fit(module, bench.datamodule(world, level, seed, spec, method))
-        network = module.network
-    summary = bench.evaluate(world, level, network, spec)
+    if method is None:
+        from lit_unlearn.specs import build
+
+        trained = build(network)
+    else:
+        model = {"class_path": method.class_path, "init_args": {**method.init_args, **point, "network": network}}
+        trainer = {"max_steps": spec.steps, "max_epochs": -1, "limit_val_batches": 0, **spec.trainer}
+        identity = {"model": model, "world": world.name, "level": level, "seed": seed, "trainer": trainer}
+        key = f"{method.name}-{world.name}-forget{level}-seed{seed}-{fingerprint(identity, 8)}"
+        launched = launch(RunSpec(runs / key, model, bench.datamodule(world, level, seed, spec, method), trainer,
+                                  seed=seed, identity=identity, configure=_no_report))
+        trained = launched.model.network
+    summary = bench.evaluate(world, level, trained, spec)
     row = {"world": world.name, "method": method.name if method else "Target", "point": point, "level": level,
            "seed": seed, "seconds": round(time.perf_counter() - t0, 1)}
     row.update({col: summary.get(key) for col, key in bench.columns.items()})
@@ -69,13 +76,14 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
         for line in done_file.read_text().splitlines():
             if line.strip():
                 row = json.loads(line)
-                done[_run_key(row["world"], row["method"], row["point"], row["level"], row["seed"])] = row
+                done[_run_key(row["world"], row["method"], row["point"], row["level"], row["seed"],
+                              row.get("steps", spec.steps))] = row
 
     def run(world, method, point, level, seed, phase):
-        key = _run_key(world.name, method.name if method else "Target", point, level, seed)
+        key = _run_key(world.name, method.name if method else "Target", point, level, seed, spec.steps)
         if key not in done:
-            row = {**unlearn_and_evaluate(spec, bench, world, method, point, level, seed, out / "scratch"),
-                   "phase": phase}
+            row = {**unlearn_and_evaluate(spec, bench, world, method, point, level, seed, out / "runs"),
+                   "phase": phase, "steps": spec.steps}
             if rank_zero_only.rank == 0:  # every process runs the same loop; one writes
                 with done_file.open("a") as f:
                     f.write(json.dumps(row) + "\n")

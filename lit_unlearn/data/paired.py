@@ -132,7 +132,9 @@ class PairedBatchStream(IterableDataset):
 
 
 class ResumableDataLoader(DataLoader):
-    """DataLoader over a PairedBatchStream that Lightning checkpoints (`state_dict`) and resumes mid-epoch.
+    """DataLoader over a batch stream (a PairedBatchStream, or LengthBucketedBatches for fine-tuning: an iterable of
+    whole batches with `epoch`, `start_step`, `seed` and a length) that Lightning checkpoints (`state_dict`) and
+    resumes mid-epoch.
 
     The loader counts the batches it has handed out over the whole fit; batch number n is step n % len of
     data epoch n // len. Its position therefore does not depend on the trainer's epoch counter, which Lightning
@@ -140,7 +142,7 @@ class ResumableDataLoader(DataLoader):
     exactly where the stream stopped.
     """
 
-    def __init__(self, dataset: PairedBatchStream, num_workers: int = 0, **kwargs: Any) -> None:
+    def __init__(self, dataset: IterableDataset, num_workers: int = 0, **kwargs: Any) -> None:
         if kwargs.pop("persistent_workers", False):
             raise UserError("persistent_workers would keep stale epoch/start positions in the workers; leave it off")
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
@@ -165,7 +167,7 @@ class ResumableDataLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         epoch, start = self.position
-        stream: PairedBatchStream = self.dataset
+        stream = self.dataset
         stream.epoch, stream.start_step = epoch, start
         for batch in super().__iter__():
             self._total += 1

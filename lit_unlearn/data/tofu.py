@@ -309,24 +309,47 @@ class QAFinetuneDataModule(pl.LightningDataModule):
 
     def __init__(self, source: TofuSource, tokenizer: Any, splits: tuple[str, ...] = ("full",), template: str = "plain",
                  max_length: int = 256, batch_size: int = 32, seed: int = 0, val_split: str | None = None,
-                 extra_rows: list[dict] | None = None) -> None:
-        """extra_rows: QA records trained on besides the named splits (e.g. paraphrases as language knowledge)."""
+                 extra_rows: list[dict] | None = None, repeats: dict[str, int] | None = None,
+                 length_buckets: int = 0) -> None:
+        """
+        Args:
+            tokenizer: a `transformers` tokenizer or its name/path.
+            extra_rows: QA records trained on besides the named splits (e.g. paraphrases as language knowledge).
+            repeats: {split: n}: the split's items n times per epoch (e.g. short general-knowledge answers).
+            length_buckets: 0 shuffles plainly; k > 0 batches items of similar length (groups of k batches sorted
+                by length, lit_unlearn.data.bucketed_batches) with a loader that resumes mid-epoch exactly.
+        """
         super().__init__()
+        if isinstance(tokenizer, (str, Path)):
+            from lit_unlearn.data.tokenizer import load_tokenizer
+
+            tokenizer = load_tokenizer(str(tokenizer))
         self.source, self.tokenizer, self.splits = source, tokenizer, tuple(splits)
         self.extra_rows = list(extra_rows or [])
+        self.repeats = dict(repeats or {})
+        unknown = sorted(set(self.repeats) - set(self.splits))
+        if unknown:
+            raise UserError(f"repeats names splits {unknown} that are not trained on ({list(self.splits)})")
         self.formatter = QAFormatter(tokenizer, template, max_length)
         self.batch_size, self.seed, self.val_split = batch_size, seed, val_split
+        self.length_buckets = length_buckets
         self.collate_fn = pad_collate(tokenizer.pad_token_id)
         self.train_set = self.val_set = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is None:
-            rows = [r for split in self.splits for r in self.source.load_split(split)] + self.extra_rows
-            self.train_set = TokenizedQA(rows, self.formatter)
+            rows = [r for split in self.splits for r in self.source.load_split(split) * self.repeats.get(split, 1)]
+            self.train_set = TokenizedQA(rows + self.extra_rows, self.formatter)
             if self.val_split:
                 self.val_set = TokenizedQA(self.source.load_split(self.val_split), self.formatter)
 
     def train_dataloader(self) -> DataLoader:
+        if self.length_buckets:
+            from lit_unlearn.data.bucketed_batches import LengthBucketedBatches
+            from lit_unlearn.data.paired import ResumableDataLoader
+
+            return ResumableDataLoader(LengthBucketedBatches(self.train_set, self.batch_size, self.seed,
+                                                             self.length_buckets, self.collate_fn))
         return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, collate_fn=self.collate_fn,
                           generator=torch.Generator().manual_seed(self.seed))
 

@@ -29,7 +29,8 @@ import scipy.stats
 import yaml
 
 from lit_unlearn.errors import MissingFileError, UserError
-from lit_unlearn.experiments.runs import RunResult, train_target, unlearning_run
+from lit_unlearn.experiments.runs import RunResult, describe_callback, train_target, unlearning_run
+from lit_unlearn.specs import fingerprint
 
 __all__ = ["STUDIES", "load_config", "run_suite"]
 
@@ -115,6 +116,14 @@ class _Suite:
         self.summary: dict[str, Any] = {"config": cfg}
         self.trajectory_runs: list[tuple[str, float, int, RunResult]] = []
         self.total_runs, self.done_runs, self.started = 0, 0, time.perf_counter()
+        # Finished runs, kept as they finish: a relaunched suite reads them back instead of running them again.
+        self.done_file = self.out / "runs.jsonl"
+        self.done: dict[str, RunResult] = {}
+        if self.done_file.is_file():
+            for line in self.done_file.read_text().splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    self.done[row["key"]] = RunResult(row["label"], row["epochs"], row["steps"], row["info"])
 
     def plan(self, studies: list[str]) -> int:
         """How many unlearning runs the chosen studies make (for the progress line and its ETA)."""
@@ -139,12 +148,22 @@ class _Suite:
         spec.setdefault("init_args", {}).update(init_overrides or {})
         forget, data = self.cfg["forget"], self.cfg["data"]
         started = time.perf_counter()
-        result = unlearning_run(
-            label, spec, self.cfg["network"], self.cfg["dataset"], self.target,
-            forget_class=int(forget.get("forget_class", 0)), rho=float(rho), forget_size=forget.get("size"),
-            epochs=epochs, retain_batch_size=int(data["retain_batch_size"]),
-            forget_batch_size=int(data["forget_batch_size"]), seed=seed, kappa_stopping=kappa_stopping,
-            root=self.out, callbacks=callbacks)
+        key = fingerprint({"label": label, "spec": spec, "rho": float(rho), "seed": seed, "epochs": epochs,
+                           "kappa_stopping": kappa_stopping, "network": self.cfg["network"],
+                           "dataset": self.cfg["dataset"], "forget": forget, "data": data,
+                           "callbacks": [describe_callback(cb) for cb in callbacks or []]})
+        result = self.done.get(key)
+        if result is None:
+            result = unlearning_run(
+                label, spec, self.cfg["network"], self.cfg["dataset"], self.target,
+                forget_class=int(forget.get("forget_class", 0)), rho=float(rho), forget_size=forget.get("size"),
+                epochs=epochs, retain_batch_size=int(data["retain_batch_size"]),
+                forget_batch_size=int(data["forget_batch_size"]), seed=seed, kappa_stopping=kappa_stopping,
+                root=self.out, callbacks=callbacks)
+            with self.done_file.open("a") as f:
+                f.write(json.dumps({"key": key, "label": result.label, "epochs": result.epochs, "steps": result.steps,
+                                    "info": result.info}, default=_json_value) + "\n")
+            self.done[key] = result
         diverged = result.info.get("diverged_step")
         note = f" DIVERGED at step {diverged}, curve kept up to its last evaluation" if diverged is not None else ""
         self.done_runs += 1
@@ -292,6 +311,11 @@ class _Suite:
                                      "already_met": bool(result.info.get("already_met", False))})
         _write_csv(self.out / "verification.csv", rows)
         self.summary["verification"] = {"target": target, "rows": rows, "table": _verification_table(rows)}
+
+
+def _json_value(value: Any) -> Any:
+    """numpy / torch scalars as plain numbers in runs.jsonl."""
+    return value.item() if hasattr(value, "item") else str(value)
 
 
 VERIFICATION_COLUMNS = ("ua", "ra", "ta", "mia_efficacy", "forget_vs_retrain_auc", "forget_vs_retrain_auc_raw",

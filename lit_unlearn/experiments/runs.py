@@ -1,4 +1,5 @@
-"""One unlearning run (or target training) in process, from plain class_path/init_args specs.
+"""One unlearning run (or target training) in process, from plain class_path/init_args specs, through the launch
+path (each run has its own folder under the suite's out_dir/runs: resumable and pre-emption safe).
 
 The experiment suite launches dozens of short runs; building them here instead of one CLI process each saves
 the interpreter and import start-up per run, and gives the recorder's rows back directly.
@@ -11,22 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
-
 from lit_unlearn.callbacks import ForgettingVerification, KappaEarlyStopping, StopAtTarget, TrajectoryRecorder
-from lit_unlearn.data import ClassificationDataModule, MixtureForget, UnlearningDataModule
 from lit_unlearn.errors import UserError
-from lit_unlearn.modules import ClassifierModule
-from lit_unlearn.specs import build
+from lit_unlearn.launch.runs import RunSpec, fit_run, launch, prepare_launch
+from lit_unlearn.specs import build, fingerprint
 
-__all__ = ["RunResult", "build", "train_target", "unlearning_run"]
+__all__ = ["RunResult", "build", "describe_callback", "train_target", "unlearning_run"]
 
-
-def _trainer(max_steps: int, callbacks: list, root: Path, max_epochs: int = -1, **kw) -> pl.Trainer:
-    return pl.Trainer(max_steps=max_steps, max_epochs=max_epochs, callbacks=callbacks, logger=False,
-                      enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                      log_every_n_steps=1, default_root_dir=str(root), accelerator="auto", devices=1, **kw)
+TRAINER = {"log_every_n_steps": 1, "accelerator": "auto"}
 
 
 def train_target(network_spec: dict, dataset_spec: dict, ckpt: Path, epochs: int, lr: float = 1e-3,
@@ -34,14 +27,17 @@ def train_target(network_spec: dict, dataset_spec: dict, ckpt: Path, epochs: int
     """Train the target once; later runs reuse `ckpt` (delete it to retrain)."""
     if ckpt.is_file():
         return ckpt
-    pl.seed_everything(seed, verbose=False)
-    module = ClassifierModule(build(network_spec), lr=lr)
-    module.network_spec = network_spec  # recorded in the checkpoint's training recipe (for retrained references)
-    dm = ClassificationDataModule(build(dataset_spec), batch_size=batch_size, seed=seed)
-    trainer = _trainer(-1, [], ckpt.parent, max_epochs=epochs)
-    trainer.fit(module, dm)
+    model = {"class_path": "lit_unlearn.modules.ClassifierModule", "init_args": {"network": network_spec, "lr": lr}}
+    data = {"class_path": "lit_unlearn.data.ClassificationDataModule",
+            "init_args": {"dataset": dataset_spec, "batch_size": batch_size, "seed": seed}}
+
+    def record_spec(module) -> None:  # the checkpoint's training recipe names the network (retrained references)
+        module.network_spec = network_spec
+
+    launched = launch(RunSpec(ckpt.parent / "runs" / "target", model, data, {"max_epochs": epochs, **TRAINER},
+                              seed=seed, configure=record_spec))
     ckpt.parent.mkdir(parents=True, exist_ok=True)
-    trainer.save_checkpoint(str(ckpt))
+    launched.trainer.save_checkpoint(str(ckpt))
     return ckpt
 
 
@@ -63,12 +59,15 @@ def unlearning_run(label: str, method_spec: dict, network_spec: dict, dataset_sp
     """Unlearn a ρ-mixture forget set for `epochs` epochs, validating (and recording) after each one.
     `callbacks` are added to the run (e.g. ForgettingVerification, StopAtTarget); the verification measures
     and the step the run ended on are returned in `info`."""
-    pl.seed_everything(seed, verbose=False)
     spec = copy.deepcopy(method_spec)
-    spec.setdefault("init_args", {})
-    module = build(spec, network=build(network_spec), target_ckpt=str(target_ckpt))
-    dm = UnlearningDataModule(build(dataset_spec), MixtureForget(forget_class, rho=rho, size=forget_size, seed=seed),
-                              retain_batch_size=retain_batch_size, forget_batch_size=forget_batch_size, seed=seed)
+    spec["init_args"] = {**(spec.get("init_args") or {}), "network": network_spec, "target_ckpt": str(target_ckpt)}
+    data = {"class_path": "lit_unlearn.data.UnlearningDataModule",
+            "init_args": {"dataset": dataset_spec, "retain_batch_size": retain_batch_size,
+                          "forget_batch_size": forget_batch_size, "seed": seed,
+                          "forget": {"class_path": "lit_unlearn.data.MixtureForget",
+                                     "init_args": {"forget_class": forget_class, "rho": rho, "size": forget_size,
+                                                   "seed": seed}}}}
+    dm = build(data)
     dm.setup("fit")
     steps_per_epoch = len(dm.train_dataloader())
     recorder = TrajectoryRecorder()
@@ -78,18 +77,27 @@ def unlearning_run(label: str, method_spec: dict, network_spec: dict, dataset_sp
     if kappa_stopping is not None:
         stopper = KappaEarlyStopping(verbose=False, **kappa_stopping)
         callbacks.append(stopper)
-    module.report = False  # the suite writes its own tables
-    trainer = _trainer(epochs * steps_per_epoch, callbacks, root, check_val_every_n_epoch=1)
+    trainer_args = {"max_steps": epochs * steps_per_epoch, "max_epochs": -1, "check_val_every_n_epoch": 1, **TRAINER}
+    identity = {"model": spec, "data": data, "seed": seed, "trainer": trainer_args, "label": label,
+                "callbacks": [describe_callback(cb) for cb in callbacks]}
+
+    def no_report(module) -> None:
+        module.run_report.enabled = False  # the suite writes its own tables
+
+    launched = prepare_launch(RunSpec(Path(root) / "runs" / f"{_safe(label)}-{fingerprint(identity, 10)}", spec, dm,
+                                      trainer_args, seed=seed, callbacks=callbacks, identity=identity,
+                                      configure=no_report))
+    trainer, module = launched.trainer, launched.model
     info: dict[str, Any] = {"steps_per_epoch": steps_per_epoch}
     try:
-        trainer.fit(module, dm)
+        fit_run(launched)
     except FloatingPointError as err:  # GA-style objectives can blow up: keep the trajectory up to there
         info.update(diverged_step=trainer.global_step, error=str(err).split(":")[0])
     except UserError as err:  # a forget target already met by the target model: a result (no unlearning needed)
         if "already met before unlearning" not in str(err):
             raise
         info.update(already_met=True)
-        module.ended_on(0, note=str(err))
+        module.run_report.ended_on(0, note=str(err))
     if stopper is not None:
         info.update(would_stop_step=stopper.would_stop_step, stopped_step=stopper.stopped_step)
     if "diverged_step" in info or "already_met" in info:  # Lightning skipped the end-of-fit hooks
@@ -102,6 +110,21 @@ def unlearning_run(label: str, method_spec: dict, network_spec: dict, dataset_sp
                     cb.on_fit_end(trainer, module)
                 except (FloatingPointError, ValueError):  # non-finite weights: nothing measurable
                     pass
-    info.update(verification=module.verification, ended_on_step=module.ended_on_step,
+    info.update(verification=module.run_report.verification, ended_on_step=module.run_report.ended_on_step,
                 final_step=trainer.global_step)
     return RunResult(label, recorder.epochs, recorder.steps, info)
+
+
+def _safe(label: str) -> str:
+    """A label as a folder name."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:60]
+
+
+def describe_callback(callback) -> Any:
+    """What a callback contributes to a run's identity: its class and public settings."""
+    from lit_unlearn.specs import describe
+
+    try:
+        return describe(callback)
+    except Exception:  # noqa: BLE001 - an attribute that does not describe: the class still tells runs apart
+        return type(callback).__qualname__

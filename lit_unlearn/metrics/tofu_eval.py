@@ -34,6 +34,7 @@ from lit_unlearn.eval_mode import eval_mode
 from lit_unlearn.metrics import tofu_math
 from lit_unlearn.metrics.generation import greedy_continuations
 from lit_unlearn.metrics.mia_convention import MIAConvention, get_convention
+from lit_unlearn.metrics.tofu_verification import tofu_verification
 from lit_unlearn.metrics.tofu_metrics import (
     AnswerProbability,
     ForgetQuality,
@@ -57,6 +58,9 @@ TARGET_METRICS = {
     "forget_loss_tofu": ("forget/nll", ("forget",), False, False),
     "privleak": ("privleak", (), False, True),
     "model_utility": ("model_utility", None, True, False),
+    # from the report's verification (lit_unlearn.metrics.tofu_verification)
+    "forget_vs_retain_only_auc": ("verification/forget_vs_retain_only_auc", ("forget",), False, False),
+    "model_utility_ratio": ("verification/model_utility_ratio", None, True, False),
 }
 KNOWLEDGE = ("real_authors", "world_facts")  # truth ratio and probability against the original answer
 MIA_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus")  # from the scoring pass; gradnorm and reference apart
@@ -96,11 +100,38 @@ class TofuReport:
     per_item: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     mia_convention: str = "lit-unlearn"
+    verification: dict | None = None  # against the retain-only model (lit_unlearn.metrics.tofu_verification)
+
+    def value(self, key: str) -> float | None:
+        """A summary metric, or `verification/NAME` from the verification measures."""
+        if key.startswith("verification/"):
+            return (self.verification or {}).get(key.split("/", 1)[1])
+        return self.summary.get(key)
 
     def table(self) -> str:
         rows = ["| metric | value |", "|---|---|"]
         for key, value in self.summary.items():
-            rows.append(f"| {key} | {'n/a' if value is None else f'{value:.4g}'} |")
+            rows.append(f"| {key} | {_fmt(value)} |")
+        if self.verification:
+            rows += ["", "Verification against the retain-only model:", "",
+                     "| measure | this model | retain-only model | gap |", "|---|---|---|---|"]
+            v = self.verification
+            for label, key in (("forget quality", "forget_quality"), ("privleak", "privleak")):
+                if key in v:
+                    rows.append(f"| {label} | {_fmt(v[key])} | {'1' if key == 'forget_quality' else '0'} | - |")
+            if "forget_vs_retain_only_auc" in v:
+                rows.append(f"| forget-vs-retain-only AUC (per-item NLL; raw {_fmt(v['forget_vs_retain_only_auc_raw'])})"
+                            f" | {_fmt(v['forget_vs_retain_only_auc'])} | 0.5 | - |")
+            if "model_utility" in v:
+                rows.append(f"| model utility | {_fmt(v['model_utility'])} | {_fmt(v.get('model_utility_retain_only'))} "
+                            f"| {_fmt(v.get('gap/model_utility'))} |")
+            if "model_utility_ratio" in v:
+                rows.append(f"| model utility / the target's | {_fmt(v['model_utility_ratio'])} | "
+                            f"{_fmt(v.get('model_utility_ratio_retain_only'))} | - |")
+            for key in ("forget_truth_ratio", "forget/prob", "forget/nll", "forget/rouge", "forget/es"):
+                if f"gap/{key}" in v:
+                    rows.append(f"| {key} | {_fmt(self.summary.get(key))} | "
+                                f"{_fmt(self.summary.get(key) - v[f'gap/{key}'])} | {_fmt(v[f'gap/{key}'])} |")
         notes = [f"MIA / memorisation convention: {self.mia_convention}"] + self.notes
         return "\n".join(rows + [""] + [f"- {n}" for n in notes])
 
@@ -108,8 +139,25 @@ class TofuReport:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"summary": self.summary, "mia_convention": self.mia_convention,
-                                    "per_item": self.per_item, "notes": self.notes}, indent=1))
+                                    "verification": self.verification, "per_item": self.per_item,
+                                    "notes": self.notes}, indent=1))
         return path
+
+
+def _fmt(value) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+def _summary_of(report: str | Path | dict | None) -> dict | None:
+    """A report's summary: from a saved report file, a report dict, or a summary dict itself."""
+    if report is None:
+        return None
+    if not isinstance(report, dict):
+        path = Path(report)
+        if not path.is_file():
+            raise MissingFileError(f"baseline report {path} not found (a report saved by `lit-unlearn tofu-eval --save`)")
+        report = json.loads(path.read_text())
+    return report.get("summary", report)
 
 
 def _load_reference(reference: str | Path | dict | None) -> dict | None:
@@ -139,13 +187,16 @@ class TofuEvaluator:
     def __init__(self, tokenizer, eval_splits: dict[str, list[dict]], template: str = "plain", max_length: int = 256,
                  max_new_tokens: int = 200, batch_size: int = 32, reference: str | Path | dict | None = None,
                  require_reference: bool = False, min_k: float = 0.4, mia_convention: str = "lit-unlearn",
-                 input_format: str = "lit-unlearn", gradnorm: bool = True, gradnorm_p: float = 2.0) -> None:
+                 input_format: str = "lit-unlearn", gradnorm: bool = True, gradnorm_p: float = 2.0,
+                 baseline: str | Path | dict | None = None) -> None:
         """
         Args:
             mia_convention: "lit-unlearn" or "open-unlearning" (Min-K%, Min-K%++, zlib, ES/EM and privleak's
                 fallback computed exactly as open-unlearning does; docs/llm.md lists the differences).
             input_format: "lit-unlearn" or "open-unlearning" (its tokenisation of the template).
             gradnorm: run the gradient-norm MIA (one backward pass per forget/holdout item).
+            baseline: the report (or its summary) of the model before unlearning: model utility is then also
+                given as a ratio to its value in the verification measures.
         """
         if "forget" not in eval_splits:
             raise UserError("the TOFU evaluation needs a 'forget' split (with perturbed answers)")
@@ -155,6 +206,7 @@ class TofuEvaluator:
         self.convention: MIAConvention = get_convention(mia_convention)
         self.gradnorm, self.gradnorm_p = gradnorm, gradnorm_p
         self.reference = _load_reference(reference)
+        self.baseline = _summary_of(baseline)
         if require_reference and self.reference is None:
             raise UserError("require_reference=True but no reference evaluation of the retrained model was given")
         self._collate = pad_collate(tokenizer.pad_token_id)
@@ -263,7 +315,8 @@ class TofuEvaluator:
         finally:
             self._stats = {}
         self._aggregate(summary, per_item, notes, partial=only is not None)
-        return TofuReport(summary, per_item, notes, self.convention.name)
+        verification = tofu_verification(summary, per_item, self.reference, self.baseline)
+        return TofuReport(summary, per_item, notes, self.convention.name, verification)
 
     def _score_split(self, network, name, rows, device, summary, world, generate=True) -> dict[str, list[float]]:
         has_perturbed = bool(rows) and "perturbed_answer" in rows[0]

@@ -3,6 +3,13 @@
 Round k on a fixed (retain, forget) batch pair:
   inner: T steps of gradient ascent θ ← θ + η_in·∇Φ(θ),  Φ = L_f − β·cos(∇L_f, ∇L_r);
   outer: θ ← θ − η_out·(∇L_r + 2ρ_k·∇²Φ·∇Φ) at the inner result.
+
+Two safeguards, both on by default since they were measured to matter (docs/ofmu.md, "Why it collapsed"):
+- the outer direction's two terms are clipped separately (`outer_clip="separate"`): clipping their sum lets the
+  penalty term, whose norm grows with ρ_k and the Hessian, crowd the retain descent out of a fixed-size step;
+- the inner objective can be bounded (`forget_ceiling`): the forget term of Φ is flat past a ceiling on L_f (a
+  number, or "reference": the retain-only model's forget loss, read from the run's TofuEvaluation or
+  ForgettingVerification), so the inner ascent stops where a model that never saw the data would be.
 The inner steps move the weights directly; the round's net change is then handed to the optimizer as
 p.grad = −δ (SGD, lr 1), so Lightning counts one step per round, checkpoints the optimizer and the ρ
 scheduler sees k = global_step. The maths is in lit_unlearn.algorithms.ofmu.
@@ -23,18 +30,22 @@ import torch
 from torch import Tensor, nn
 
 from lit_unlearn.errors import UserError
-from lit_unlearn.algorithms.ofmu import HVP_MODES, fd_hvp, norm, phi_gradient_autograd, phi_gradient_fd
+from lit_unlearn.algorithms.ofmu import (
+    HVP_MODES,
+    capped_phi_gradient,
+    clip_scale,
+    fd_hvp,
+    norm,
+    phi_gradient_autograd,
+    phi_gradient_fd,
+)
 from lit_unlearn.distributed.sharded_weights import ShardedWeights
 from lit_unlearn.modules.unlearning import UnlearningModule
 
-__all__ = ["OFMUModule"]
+__all__ = ["OFMUModule", "OUTER_CLIPS"]
 
-
-def _clip_scale(grads, max_norm: float | None, reduce=None) -> float:
-    if max_norm is None:
-        return 1.0
-    n = float(norm(grads, reduce))
-    return min(1.0, max_norm / n) if n > 0 else 1.0
+OUTER_CLIPS = ("separate", "joint")
+REFERENCE = "reference"  # forget_ceiling: the retain-only model's forget loss
 
 
 class OFMUModule(UnlearningModule):
@@ -52,6 +63,8 @@ class OFMUModule(UnlearningModule):
         stationarity_tol: float | None = None,
         inner_clip_norm: float | None = None,
         outer_clip_norm: float | None = None,
+        outer_clip: str = "separate",
+        forget_ceiling: float | str | None = None,
         freeze_batchnorm: bool = True,
         log_every_n_steps: int | None = None,
     ) -> None:
@@ -66,9 +79,14 @@ class OFMUModule(UnlearningModule):
                 only: for models where double backward is unsupported or too costly, and for data parallelism).
             fd_step: the finite-difference step, a distance in parameter space.
             stationarity_tol: stop training once ‖∇Φ‖ at the outer point falls below this (None: never).
-            inner_clip_norm, outer_clip_norm: scale ∇Φ (inner) and the outer direction ∇L_r + 2ρ∇²Φ∇Φ down to
-                this global norm (None: off). The cosine's gradient grows like ‖H‖/‖g‖, so a well-fit target
-                (small gradients) gives large ∇Φ and much larger HVPs; clipping keeps the first rounds stable.
+            inner_clip_norm, outer_clip_norm: scale ∇Φ (inner) and the outer direction's terms down to this global
+                norm (None: off). The cosine's gradient grows like ‖H‖/‖g‖, so a well-fit target (small
+                gradients) gives large ∇Φ and much larger HVPs; clipping keeps the first rounds stable.
+            outer_clip: "separate" clips ∇L_r and 2ρ∇²Φ∇Φ each to outer_clip_norm (the retain descent keeps its
+                share); "joint" clips their sum (the penalty can then crowd the retain descent out).
+            forget_ceiling: bound the inner objective, Φ_c = min(L_f, c) − β·cos: a number c, "reference" (the
+                retain-only model's mean forget loss, from the run's TofuEvaluation / ForgettingVerification), or
+                None (unbounded, the paper's form).
         """
         super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
         if inner_steps < 0:
@@ -87,6 +105,13 @@ class OFMUModule(UnlearningModule):
             if value is not None and not value > 0:
                 raise UserError(f"{name} must be positive or None, got {value}")
         self.inner_clip_norm, self.outer_clip_norm = inner_clip_norm, outer_clip_norm
+        if outer_clip not in OUTER_CLIPS:
+            raise UserError(f"outer_clip={outer_clip!r}: choose one of {OUTER_CLIPS}")
+        if forget_ceiling is not None and forget_ceiling != REFERENCE and not (
+                isinstance(forget_ceiling, (int, float)) and math.isfinite(forget_ceiling) and forget_ceiling > 0):
+            raise UserError(f"forget_ceiling must be a positive number, {REFERENCE!r} or None, got {forget_ceiling!r}")
+        self.outer_clip, self.forget_ceiling = outer_clip, forget_ceiling
+        self._ceiling: float | None = None if forget_ceiling in (None, REFERENCE) else float(forget_ceiling)
         self.stationary_at: int | None = None
         self._weights: ShardedWeights | None = None
 
@@ -99,6 +124,14 @@ class OFMUModule(UnlearningModule):
         if world > 1 and self.hvp == "autograd":
             raise UserError("hvp='autograd' differentiates per-process gradient graphs, which data parallelism "
                              "does not synchronise: use hvp='finite_difference' with more than one process")
+        if self.forget_ceiling == REFERENCE and self._trainer is not None:
+            source = next((cb for cb in self.trainer.callbacks if hasattr(cb, "reference_forget_loss")), None)
+            value = source.reference_forget_loss() if source is not None else None
+            if value is None:
+                raise UserError("OFMU forget_ceiling='reference' needs the retain-only model's forget loss: add "
+                                "lit_unlearn.callbacks.TofuEvaluation(reference=...) (or ForgettingVerification) to "
+                                "trainer.callbacks, or give forget_ceiling as a number")
+            self._ceiling = float(value)
 
     # ----- ∇Φ at the current weights ---------------------------------------------------------------------------------
     def _grads_at(self, retain_batch, forget_batch):
@@ -115,16 +148,25 @@ class OFMUModule(UnlearningModule):
 
         return grads_at
 
-    def phi_gradient(self, retain_batch, forget_batch, create_graph: bool = False):
+    def phi_gradient(self, retain_batch, forget_batch, create_graph: bool = False, capped: bool | None = None):
+        """∇Φ (∇Φ_c with a forget ceiling) at the current weights, as a PhiGradient. capped: whether the forget
+        term is past the ceiling (default: decided by this point's forget loss)."""
         if self.hvp == "autograd":
-            return phi_gradient_autograd(self.checked_loss(forget_batch, "forget"),
-                                         self.checked_loss(retain_batch, "retain"), self._params, self.beta,
-                                         create_graph=create_graph)
-        return phi_gradient_fd(self._grads_at(retain_batch, forget_batch), self.beta, self.fd_step,
-                               reduce=self._reduce)
+            pg = phi_gradient_autograd(self.checked_loss(forget_batch, "forget"),
+                                       self.checked_loss(retain_batch, "retain"), self._params, self.beta,
+                                       create_graph=create_graph)
+        else:
+            pg = phi_gradient_fd(self._grads_at(retain_batch, forget_batch), self.beta, self.fd_step,
+                                 reduce=self._reduce)
+        if capped is None:
+            capped = self._ceiling is not None and float(pg.loss_forget) >= self._ceiling
+        if capped:
+            pg.grad = capped_phi_gradient(pg, -math.inf)  # past the ceiling: the decorrelation term alone
+        return pg
 
     def phi_hvp(self, retain_batch, forget_batch):
-        """(∇Φ, ∇²Φ·∇Φ, the PhiGradient) at the current weights."""
+        """(∇Φ, ∇²Φ·∇Φ, the PhiGradient) at the current weights (with a ceiling, the branch of Φ_c at this point
+        holds for the whole product: a local linearisation)."""
         if self.hvp == "autograd":
             pg = self.phi_gradient(retain_batch, forget_batch, create_graph=True)
             v = [g.detach() for g in pg.grad]
@@ -132,11 +174,11 @@ class OFMUModule(UnlearningModule):
             hv = [torch.zeros_like(p) if h is None else h for h, p in zip(hv, self._params)]
             return v, hv, pg
         pg = self.phi_gradient(retain_batch, forget_batch)
-        grads_at = self._grads_at(retain_batch, forget_batch)
+        capped = self._ceiling is not None and float(pg.loss_forget) >= self._ceiling
 
         def phi_grad_at(direction, step):
             with self._moved(direction, step):
-                return phi_gradient_fd(grads_at, self.beta, self.fd_step, reduce=self._reduce).grad
+                return self.phi_gradient(retain_batch, forget_batch, capped=capped).grad
 
         return pg.grad, fd_hvp(phi_grad_at, pg.grad, self.fd_step, reduce=self._reduce), pg
 
@@ -175,17 +217,24 @@ class OFMUModule(UnlearningModule):
         for _ in range(self.inner_steps):
             pg = self.phi_gradient(retain_batch, forget_batch)
             inner_phi.append(float(pg.loss_forget - self.beta * pg.cosine))
-            scale = _clip_scale(pg.grad, self.inner_clip_norm, self._reduce)
+            scale = clip_scale(pg.grad, self.inner_clip_norm, self._reduce)
             weights.shift(pg.grad, self.inner_lr * scale)  # ascent on Φ
 
         grad_phi, hvp, pg = self.phi_hvp(retain_batch, forget_batch)
         views = weights.local_views()
-        outer = [g_r.to(v.dtype).reshape(v.shape) + (2.0 * self.rho) * h.to(v.dtype).reshape(v.shape)
-                 for v, g_r, h in zip(views, pg.grad_retain, hvp)]
-        scale = _clip_scale(outer, self.outer_clip_norm, self._reduce)
+        retain = [g.to(v.dtype).reshape(v.shape) for v, g in zip(views, pg.grad_retain)]
+        penalty = [(2.0 * self.rho) * h.to(v.dtype).reshape(v.shape) for v, h in zip(views, hvp)]
+        if self.outer_clip == "separate":  # each term at most outer_clip_norm: the retain descent keeps its share
+            a = clip_scale(retain, self.outer_clip_norm, self._reduce)
+            b = clip_scale(penalty, self.outer_clip_norm, self._reduce)
+            outer = [a * r + b * q for r, q in zip(retain, penalty)]
+        else:  # the sum clipped as one direction (the earlier form)
+            outer = [r + q for r, q in zip(retain, penalty)]
+            outer_scale = clip_scale(outer, self.outer_clip_norm, self._reduce)
+            outer = [outer_scale * d for d in outer]
         with torch.no_grad():
             # −δ with δ = (θ_T − θ_0) − η_out·d; SGD(lr=1) from θ_0 lands on θ_T − η_out·d.
-            update = [(p0 - v) + (self.outer_lr * scale) * d for v, p0, d in zip(views, start, outer)]
+            update = [(p0 - v) + self.outer_lr * d for v, p0, d in zip(views, start, outer)]
         weights.restore(start)
         if self.zero_stage:  # over the last backward's slices: the update is what the optimizer step applies
             self.set_update([u.reshape(-1) for u in update])
@@ -207,10 +256,14 @@ class OFMUModule(UnlearningModule):
             return {}
         logs = {"ofmu/grad_phi_norm": grad_norm, "ofmu/hvp_norm": float(norm(hvp, self._reduce)), "ofmu/rho": self.rho,
                 "ofmu/outer_norm": float(norm(outer, self._reduce)),
+                "ofmu/retain_grad_norm": float(norm(retain, self._reduce)),
+                "ofmu/penalty_norm": float(norm(penalty, self._reduce)),
                 "ofmu/cosine": float(pg.cosine), "train/forget_loss": float(pg.loss_forget),
                 "train/retain_loss": float(pg.loss_retain), "ofmu/phi": float(pg.loss_forget - self.beta * pg.cosine)}
         if inner_phi:
             logs["ofmu/inner_phi_first"], logs["ofmu/inner_phi_last"] = inner_phi[0], inner_phi[-1]
+        if self._ceiling is not None:
+            logs["ofmu/forget_ceiling"] = self._ceiling
         return logs
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

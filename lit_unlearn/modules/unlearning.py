@@ -1,10 +1,13 @@
 """Shared glue for unlearning trainers (manual optimization over (retain, forget) batch pairs).
 
-A subclass implements `unlearning_step(retain_batch, forget_batch) -> dict of scalars to log`. This base:
-loads the target weights, keeps BatchNorm statistics frozen (the paper's setting), turns a NaN/inf loss into a
-clear error, collects per-batch gradients, evaluates the named eval sets before training (kept in the
-checkpoint, so ΔL is always measured against the true start) and during validation, and at the end writes and
-prints the before/after table.
+A subclass implements `unlearning_step(retain_batch, forget_batch) -> dict of scalars to log`. This base loads the
+target weights, keeps BatchNorm statistics frozen (the paper's setting), computes the task loss of the global batch
+and turns a NaN/inf loss into a clear error, and owns the training step and the checkpointed state. Its other jobs
+live in their own pieces:
+- per-loss gradients and updates, unsharded or under ZeRO: `GradientAccess` (modules/gradient_access.py);
+- the eval splits before training and at each validation: `EvalSplitMetrics` (modules/eval_splits.py);
+- the before/after report when fitting ends, and what callbacks add to it: `self.run_report`, a `RunReport`
+  (modules/run_report.py).
 """
 
 from __future__ import annotations
@@ -17,30 +20,22 @@ import torch
 import torch.distributed as dist
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
-from torchmetrics import MeanMetric
 
-from lit_unlearn.errors import UserError
 from lit_unlearn.algorithms.losses import IGNORE_INDEX, mean_nll
 from lit_unlearn.batches import is_token_batch, logits_and_labels
 from lit_unlearn.checkpoints import load_network_weights
-from lit_unlearn.distributed.sharded_grads import all_reduce_sum, read_local_grads, write_local_grads, zero_stage
-from lit_unlearn.console import say
-from lit_unlearn.tensorboard import log_scalars
-from lit_unlearn.reporting import (
-    evaluate_splits,
-    per_sample_stats,
-    results_markdown,
-    results_rows,
-    verification_rows,
-    write_results,
-)
+from lit_unlearn.distributed.sharded_grads import zero_stage
+from lit_unlearn.errors import UserError
+from lit_unlearn.modules.eval_splits import EvalSplitMetrics
+from lit_unlearn.modules.gradient_access import GradientAccess
+from lit_unlearn.modules.run_report import RunReport
 
 __all__ = ["UnlearningModule"]
 
 _BN_TYPES = (nn.modules.batchnorm._BatchNorm,)
 
 
-class UnlearningModule(pl.LightningModule):
+class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule):
     def __init__(
         self,
         network: nn.Module,
@@ -71,14 +66,8 @@ class UnlearningModule(pl.LightningModule):
         self._eval_names: list[str] = []
         self._params: list[nn.Parameter] = []
         self.zero_stage = 0  # DeepSpeed ZeRO stage of the strategy, set in setup()
-        self.report = True  # evaluate, print and write the before/after table when fitting ends
         self.network_spec: dict | None = None  # class_path/init_args of `network` when built from a config
-        # Filled by callbacks before the report is written: the retrained model's column and the verification
-        # measures (ForgettingVerification), the step whose weights the run ended on (StopAtTarget).
-        self.reference_eval: dict[str, dict[str, float]] | None = None
-        self.verification: dict | None = None
-        self.ended_on_step: int | None = None
-        self.report_notes: list[str] = []
+        self.run_report = RunReport()  # the before/after table when fitting ends (callbacks add to it)
         self.history: list[dict[str, float]] = []  # every evaluation of the eval sets: before, then each validation
 
     # ----- hooks a subclass may override -------------------------------------------------------------------------
@@ -127,51 +116,6 @@ class UnlearningModule(pl.LightningModule):
             )
         return loss
 
-    def gradients(self, loss: Tensor, release: bool = True) -> list[Tensor]:
-        """Backward `loss` alone and return one gradient per trainable parameter (zeros where unused).
-
-        release=True hands the gradient tensors over (p.grad is reset to None), so the next backward allocates
-        fresh ones and nothing is copied; release=False leaves them in p.grad, where an update can be written.
-        """
-        params = self._params
-        if self.zero_stage:
-            # Sharded (DeepSpeed ZeRO): this rank's gradient slices. zero_grad first: ZeRO-2 would overwrite and
-            # ZeRO-3 accumulate into the previous backward's partition.
-            self.optimizers().zero_grad()
-            self.manual_backward(loss)
-            return read_local_grads(params, self.zero_stage, copy=release)
-        for p in params:
-            p.grad = None
-        self.manual_backward(loss)
-        grads = []
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            grads.append(p.grad)
-            if release:
-                p.grad = None
-        return grads
-
-    def set_update(self, grads: list[Tensor]) -> None:
-        """Make `grads` (from `gradients()`, combined in place) what the optimizer step applies. Unsharded, they
-        already are the p.grad tensors (release=False); under ZeRO they are written back into the partitions."""
-        if self.zero_stage:
-            write_local_grads(self._params, grads, self.zero_stage)
-
-    def sum_over_shards(self, t: Tensor) -> Tensor:
-        """Statistics computed on gradient slices → the statistics of the whole gradients (identity unsharded)."""
-        return all_reduce_sum(t, self.zero_stage)
-
-    def global_mean(self, value: Tensor) -> Tensor:
-        """The mean of a per-process scalar over all processes (the global batch's value of a batch-mean loss: the
-        local losses are rescaled in `compute_loss` so that their average is the global mean)."""
-        world = self.trainer.world_size if self._trainer is not None else 1
-        if world > 1 and dist.is_available() and dist.is_initialized():
-            value = value.detach().clone().to(torch.float64)
-            dist.all_reduce(value)
-            value = value / world
-        return value
-
     def should_compute_diagnostics(self) -> bool:
         every = self._log_every or (self.trainer.log_every_n_steps if self._trainer is not None else 1) or 1
         return self.global_step % every == 0
@@ -205,13 +149,7 @@ class UnlearningModule(pl.LightningModule):
         self.zero_stage = zero_stage(self.trainer.strategy) if self._trainer is not None else 0
         if not self._params:
             raise UserError("the network has no trainable parameters: nothing to unlearn")
-        dm = self.trainer.datamodule if self._trainer is not None else None
-        names = getattr(dm, "eval_split_names", [])
-        for name in names:
-            if f"{name}_loss" not in self.val_metrics:
-                self.val_metrics[f"{name}_loss"] = MeanMetric()
-                self.val_metrics[f"{name}_acc"] = MeanMetric()
-        self._eval_names = list(names)
+        self.setup_eval_metrics()
 
     def configure_optimizers(self):
         # The trainer computes the whole update δ itself and writes p.grad = −δ; plain SGD with lr 1 applies it
@@ -235,22 +173,8 @@ class UnlearningModule(pl.LightningModule):
             if rest:
                 self.log_dict(rest, on_step=True, on_epoch=False, prog_bar=False)
 
-    def _eval_loaders(self):
-        dm = self.trainer.datamodule
-        if dm is None or not hasattr(dm, "eval_dataloaders"):
-            return {}
-        return dm.eval_dataloaders()
-
     def on_train_start(self) -> None:
-        if self.initial_eval is None:  # a resumed run keeps the true starting point from its checkpoint
-            self.initial_eval = evaluate_splits(self.network, self._eval_loaders(), self.device)
-            for split, vals in self.initial_eval.items():
-                self.print_once(f"before unlearning: {split}: loss {vals['loss']:.4f} acc {vals['acc']:.4f}")
-            if self.initial_eval:  # step 0 of every validation curve: where unlearning starts
-                row = {f"val/{split}_{k}": v[k] for split, v in self.initial_eval.items() for k in ("loss", "acc")}
-                row.update({"unlearn/delta_forget_loss": 0.0, "unlearn/neg_delta_retain_loss": 0.0})
-                self.history.append({"step": 0.0, **row})
-                log_scalars(self.trainer, row, step=0)
+        self.evaluate_start()
         # Lightning does not call .train() when fitting starts (and the evaluation above restored the modes):
         # freeze here; validation loops restore per-module modes afterwards, so this holds for the whole fit.
         self._freeze_batchnorm()
@@ -258,96 +182,8 @@ class UnlearningModule(pl.LightningModule):
     def print_once(self, msg: str) -> None:
         rank_zero_info(msg)
 
-    def validation_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
-        loss, ok = per_sample_stats(*self.logits_and_labels(batch))
-        name = self._eval_names[dataloader_idx]
-        self.val_metrics[f"{name}_loss"].update(loss)
-        self.val_metrics[f"{name}_acc"].update(ok)
-
-    def on_validation_epoch_end(self) -> None:
-        values = {}
-        for name in self._eval_names:
-            for kind in ("loss", "acc"):
-                metric = self.val_metrics[f"{name}_{kind}"]
-                if metric.update_count:
-                    values[f"val/{name}_{kind}"] = metric.compute()
-                metric.reset()
-        if self.initial_eval is not None:
-            if "val/forget_loss" in values and "forget" in self.initial_eval:
-                values["unlearn/delta_forget_loss"] = values["val/forget_loss"] - self.initial_eval["forget"]["loss"]
-            if "val/retain_loss" in values and "retain" in self.initial_eval:
-                values["unlearn/neg_delta_retain_loss"] = self.initial_eval["retain"]["loss"] - values["val/retain_loss"]
-        # No DDP sync needed: MeanMetric.compute() already reduces across processes.
-        self.log_dict(values, on_epoch=True, add_dataloader_idx=False)
-        if values and not self.trainer.sanity_checking:
-            self.history.append({"step": float(self.global_step), **{k: float(v) for k, v in values.items()}})
-
-    # ----- what callbacks add to the report ----------------------------------------------------------------------------
-    def report_verification(self, before: dict, after: dict, retrain: dict | None,
-                            reference_splits: dict | None = None, reference_info: dict | None = None) -> None:
-        """Called by ForgettingVerification when fitting ends: measures of the target, the unlearned model and the
-        retrained reference (None without one)."""
-        self.reference_eval = reference_splits
-        flat = {k: after.get(k) for k in after}
-        for k, v in before.items():
-            flat[f"{k}_before"] = v
-        for k, v in (retrain or {}).items():
-            flat[f"{k}_retrain"] = v
-        if retrain is not None:
-            flat["mia_efficacy_retrain"] = retrain.get("mia_efficacy")
-            flat["ua_retrain"] = retrain.get("ua")
-        self.verification = {**flat, "table": verification_rows(before, after, retrain),
-                             "reference": reference_info}
-
-    def ended_on(self, step: int, note: str | None = None) -> None:
-        """Called by StopAtTarget: the weights now in the network are those of `step` (the closest to the target)."""
-        self.ended_on_step = int(step)
-        if note:
-            self.report_notes.append(note)
-
     def on_fit_end(self) -> None:
-        loaders = self._eval_loaders()
-        if not self.report or not loaders or self.initial_eval is None:
-            return
-        self.final_eval = evaluate_splits(self.network, loaders, self.device)
-        folder = self.trainer.log_dir or self.trainer.default_root_dir  # a collective under DDP: every rank asks
-        if self.trainer.is_global_zero:
-            rows = results_rows(self.initial_eval, self.final_eval, self.reference_eval)
-            table = (self.verification or {}).get("table")
-            extra = {"global_step": self.global_step, "method": type(self).__name__,
-                     "ended_on_step": self.global_step if self.ended_on_step is None else self.ended_on_step,
-                     "notes": self.report_notes}
-            if self.verification is not None:
-                extra["verification"] = {k: v for k, v in self.verification.items() if k != "table"}
-            path = write_results(rows, folder, extra=extra, verification=table, notes=self.report_notes)
-            ended = "" if self.ended_on_step in (None, self.global_step) else f", ended on step {self.ended_on_step}"
-            markdown = results_markdown(rows, table, self.report_notes)
-            say(f"\n{type(self).__name__} after {self.global_step} steps{ended}\n{markdown}\n(written to {path})")
-            self._report_to_tensorboard(markdown, rows, folder)
-
-    def _report_to_tensorboard(self, markdown: str, rows: list[dict], folder) -> None:
-        """The results table as text, the trajectory as an image (also trajectory.png), hparams with the final
-        metrics."""
-        from pathlib import Path
-
-        from lit_unlearn.tensorboard import log_figure, log_final_hparams, log_text
-        from lit_unlearn.trajectory_plot import trajectory_figure
-
-        step = self.global_step
-        log_text(self.trainer, "results", markdown, step)
-        figure = trajectory_figure(self.history, self.ended_on_step, title=f"{type(self).__name__}")
-        if figure is not None:
-            figure.savefig(Path(folder) / "trajectory.png", dpi=110)
-            log_figure(self.trainer, "trajectory", figure, step)
-            import matplotlib.pyplot as plt
-
-            plt.close(figure)
-        final = {f"final/{r['split']}_{k}": r[f"{k}_after"] for r in rows for k in ("loss", "acc")}
-        for key in ("ua", "ra", "ta", "mia_efficacy", "avg_gap", "forget_vs_retrain_auc"):
-            if (self.verification or {}).get(key) is not None:
-                final[f"final/{key}"] = self.verification[key]
-        final["final/ended_on_step"] = float(step if self.ended_on_step is None else self.ended_on_step)
-        log_final_hparams(self.trainer, {"method": type(self).__name__, **dict(self.hparams)}, final)
+        self.final_eval = self.run_report.write(self, self.eval_loaders())
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["unlearning_initial_eval"] = self.initial_eval

@@ -63,8 +63,12 @@ METRICS: dict[str, MetricInfo] = {
                                  needs_reference=True, ideal=1.0),
     "privleak": MetricInfo("Min-K% MIA AUC relative to the retain-only model's, in % (0: same)", "tofu",
                            needs_reference=True, ideal=0.0),
+    "forget_vs_retain_only_auc": MetricInfo("ROC AUC telling the model's per-item TOFU forget losses from the "
+                                            "retain-only model's (0.5: indistinguishable)", "tofu",
+                                            needs_reference=True, ideal=0.5),
     "forget_truth_ratio": MetricInfo("TOFU forget truth ratio", "tofu"),
     "model_utility": MetricInfo("TOFU model utility", "tofu"),
+    "model_utility_ratio": MetricInfo("TOFU model utility over the target's (before unlearning)", "tofu"),
     "forget_prob": MetricInfo("mean answer probability on the forget split", "tofu"),
     "forget_loss_tofu": MetricInfo("mean answer NLL on the forget split", "tofu"),
 }

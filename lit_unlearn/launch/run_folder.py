@@ -30,10 +30,11 @@ from typing import Any
 
 from lit_unlearn.checkpoint_io import atomic_write_bytes, checkpoint_is_loadable
 from lit_unlearn.errors import MissingFileError, UserError
+from lit_unlearn.process import process_rank
 from lit_unlearn.specs import fingerprint
 
 __all__ = ["RunFolder", "prepare_run", "release_claim", "run_identity", "diff_identity", "RUN_FILE",
-           "checkpoint_candidates", "newest_loadable_checkpoint"]
+           "checkpoint_candidates", "newest_loadable_checkpoint", "process_rank", "shown", "read_run"]
 
 RUN_FILE = "run.json"
 ENV_DIR, ENV_CKPT = "LIT_UNLEARN_RUN_DIR", "LIT_UNLEARN_RUN_CKPT"
@@ -68,14 +69,6 @@ def shown(path) -> str:
         return str(path)
 
 
-def _rank() -> int:
-    for key in ("RANK", "SLURM_PROCID"):
-        if os.environ.get(key, "").isdigit():
-            return int(os.environ[key])
-    node, local = os.environ.get("NODE_RANK", "0"), os.environ.get("LOCAL_RANK", "0")
-    return int(node) * 1000 + int(local) if node.isdigit() and local.isdigit() else 0
-
-
 def _launch_id() -> str | None:
     """An id every process of one launch shares, for processes started separately (multi-node)."""
     for key in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"):
@@ -94,6 +87,7 @@ class RunFolder:
     resume_from: str | None = None
     new: bool = True
     notes: list[str] = field(default_factory=list)
+    outer: tuple[str | None, str | None] = (None, None)  # the enclosing run's shared folder and checkpoint, if any
 
     @property
     def version(self) -> str:
@@ -105,7 +99,7 @@ class RunFolder:
 
     def record(self, **updates: Any) -> dict[str, Any]:
         """Update run.json (atomically) with `updates`; returns the new content. Rank zero only."""
-        if _rank() != 0:
+        if process_rank() != 0:
             return {}
         data = read_run(self.path) or {}
         data.update(updates)
@@ -117,7 +111,7 @@ class RunFolder:
 
     def remove_if_empty(self) -> bool:
         """A failed new run that wrote no checkpoint leaves nothing that looks like a result."""
-        if self.new and not self.has_checkpoint() and _rank() == 0:
+        if self.new and not self.has_checkpoint() and process_rank() == 0:
             shutil.rmtree(self.path, ignore_errors=True)
             return True
         return False
@@ -199,10 +193,10 @@ def _checkpoint_identity(path: Path) -> dict | None:
     return blob.get("run_identity") if isinstance(blob, dict) else None
 
 
-def prepare_run(root: str | Path, config: dict[str, Any], ckpt_path: str | None, command: str = "") -> RunFolder:
-    """Decide this run's folder and the checkpoint it resumes from (see the module docstring)."""
+def prepare_run(root: str | Path, identity: dict[str, Any], ckpt_path: str | None, command: str = "") -> RunFolder:
+    """Decide this run's folder and the checkpoint it resumes from (see the module docstring). `identity` is what
+    defines the run (`run_identity` of a LightningCLI config, or a launch spec's)."""
     root = Path(root).expanduser().resolve()  # run.json and checkpoints name absolute paths
-    identity = run_identity(config)
     fp = fingerprint(identity)
     inherited = os.environ.get(ENV_DIR)
     if inherited and (read_run(Path(inherited)) or {}).get("fingerprint") == fp:  # started by this run's launcher
@@ -257,7 +251,7 @@ def prepare_run(root: str | Path, config: dict[str, Any], ckpt_path: str | None,
         for folder in _resumable(root, fp)[0]:
             if (read_run(folder) or {}).get("slurm_job_id") == slurm and newest_loadable_checkpoint(folder)[0]:
                 return _shared(resume_in(folder, f"requeued SLURM job {slurm}: resuming {shown(folder)}"))
-    if _rank() != 0:
+    if process_rank() != 0:
         return _wait_for_claim(root, fp, identity)
     return _shared(RunFolder(_claim_new(root, fp, identity, extra), fp, identity, None, new=True))
 
@@ -268,10 +262,12 @@ def _claim_file(root: Path) -> Path | None:
 
 
 def _shared(run: RunFolder) -> RunFolder:
-    """Tell the processes of this launch which folder and checkpoint it uses."""
+    """Tell the processes of this launch which folder and checkpoint it uses (a run started inside another one, such
+    as a retrained reference trained before an unlearning run, hands the enclosing run's values back when done)."""
+    run.outer = (os.environ.get(ENV_DIR), os.environ.get(ENV_CKPT))
     os.environ[ENV_DIR], os.environ[ENV_CKPT] = str(run.path), run.resume_from or ""
     claim = _claim_file(run.path.parent)
-    if claim is not None and _rank() == 0:
+    if claim is not None and process_rank() == 0:
         atomic_write_bytes(claim, json.dumps({"folder": str(run.path), "ckpt": run.resume_from, "fingerprint":
                                               run.fingerprint, "created": time.time()}).encode())
     return run
@@ -280,11 +276,14 @@ def _shared(run: RunFolder) -> RunFolder:
 def release_claim(run: RunFolder) -> None:
     """The launch is over: its claim must not steer a later launch that reuses the same address and port."""
     claim = _claim_file(run.path.parent)
-    if claim is not None and _rank() == 0:
+    if claim is not None and process_rank() == 0:
         claim.unlink(missing_ok=True)
     if os.environ.get(ENV_DIR) == str(run.path):  # a later run in this process is another run
-        os.environ.pop(ENV_DIR, None)
-        os.environ.pop(ENV_CKPT, None)
+        for key, value in zip((ENV_DIR, ENV_CKPT), run.outer):
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _wait_for_claim(root: Path, fp: str, identity: dict, timeout: float = 300.0) -> RunFolder:

@@ -64,7 +64,7 @@ class TrainingRecipe:
 
         path = Path(name_or_path).expanduser()
         if not path.is_file():
-            from lit_unlearn.packaged_configs import packaged_config
+            from lit_unlearn.packaged_files import packaged_config
 
             path = Path(packaged_config(name_or_path))
         cfg = yaml.safe_load(path.read_text()) or {}

@@ -1,19 +1,28 @@
-"""What a managed training run gets before its objects are built: its own folder (lit_unlearn.run_folder) wired
-into the logger, the checkpoint callbacks and the trainer's root, the checkpoint to resume from, pre-emption
-handling at step boundaries, atomic checkpoint writes, and Lightning's mid-step SLURM handler switched off."""
+"""What every managed training run gets: its own folder (lit_unlearn.launch.run_folder) wired into the logger, the
+checkpoint callbacks and the trainer's root, the checkpoint to resume from, pre-emption handling at step
+boundaries, atomic checkpoint writes, and Lightning's mid-step SLURM handler switched off.
+
+`assign_run_folder` works on a LightningCLI config before its objects are built; `cluster_ready` adds the plugins
+and callbacks to any trainer's arguments (a LightningCLI config node or plain `pl.Trainer` keyword arguments).
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from lit_unlearn.run_folder import RunFolder, prepare_run
+from lit_unlearn.launch.run_folder import RunFolder, prepare_run, run_identity
 from lit_unlearn.specs import namespace_to_dict
 
-__all__ = ["assign_run_folder", "cluster_ready", "CHECKPOINT_CALLBACKS", "LOGGERS"]
+__all__ = ["assign_run_folder", "cluster_ready", "CHECKPOINT_CALLBACKS", "LOGGERS", "command_line"]
 
 CHECKPOINT_CALLBACKS = ("ModelCheckpoint", "FinalCheckpoint")
 LOGGERS = ("TensorBoardLogger", "CSVLogger")
+
+
+def command_line() -> str:
+    """The command that started this process, as a user would retype it to resume."""
+    return "lit-unlearn " + " ".join(sys.argv[1:])
 
 
 def _logger_root(config) -> tuple[Path, object]:
@@ -32,8 +41,7 @@ def assign_run_folder(config) -> RunFolder:
     """Choose the run's folder (new, or the one it resumes) and point the config's logger, checkpoint callbacks
     and root at it; `ckpt_path` becomes the concrete checkpoint to resume from."""
     root, logger = _logger_root(config)
-    run = prepare_run(root, namespace_to_dict(config), config.get("ckpt_path"),
-                      command="lit-unlearn " + " ".join(sys.argv[1:]))
+    run = prepare_run(root, run_identity(namespace_to_dict(config)), config.get("ckpt_path"), command=command_line())
     config["trainer.default_root_dir"] = str(run.path)
     if logger is not None:
         logger["init_args"]["version"] = run.version
@@ -44,8 +52,10 @@ def assign_run_folder(config) -> RunFolder:
     return run
 
 
-def cluster_ready(trainer_config: dict, callbacks: list, run: RunFolder) -> list:
-    """Trainer plugins and callbacks every managed run gets (see the module docstring)."""
+def cluster_ready(trainer_config, callbacks: list, run: RunFolder) -> list:
+    """Put the plugins every managed run gets into `trainer_config` (atomic checkpoint writes unless DeepSpeed
+    writes its own, and SLURM detection without Lightning's mid-step requeue) and return `callbacks` with the
+    Preemption callback added."""
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
     from lit_unlearn.callbacks.preemption import Preemption

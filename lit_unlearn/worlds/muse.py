@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
+from lit_unlearn.specs import fingerprint
+
 __all__ = ["prepare_muse_assets"]
 
 
@@ -25,11 +27,13 @@ def _qa_lines(rows: list[dict], icl: list[dict]) -> list[str]:
 
 def _train(out: Path, texts: list[str], tokenizer, epochs: int, lr: float, seed: int, max_length: int) -> None:
     from lit_unlearn.data import TextWindows, pad_collate
-    from lit_unlearn.recipes.tofu_demo import train_tiny_llama
+    from lit_unlearn.worlds.tiny_llama import tiny_network_spec, train_tiny_llama
 
     loader = DataLoader(TextWindows(texts, tokenizer, max_length), batch_size=16, shuffle=True,
                         collate_fn=pad_collate(tokenizer.pad_token_id), generator=torch.Generator().manual_seed(seed))
-    train_tiny_llama(out, tokenizer, loader, epochs, lr, seed)
+    identity = {"world": "muse", "texts": fingerprint(texts), "epochs": epochs, "max_length": max_length}
+    train_tiny_llama(out, tokenizer, loader, epochs, lr, seed, identity=identity,
+                     network=tiny_network_spec(len(tokenizer), seed, max_positions=256))
 
 
 def prepare_muse_assets(out: str | Path = "runs/muse", seed: int = 0, epochs: int = 40, lr: float = 3e-3,

@@ -2,9 +2,11 @@
 
 `RetrainedReference` gives an unlearning run its retrained model:
 - `ckpt=PATH`: a model the user retrained already (a `lit-unlearn pretrain` checkpoint or a state dict);
-- otherwise it trains one with `recipe` ("target": the recipe stored in the target checkpoint; a pretrain
-  config name/path; or a mapping) on the training set minus the forget set, and caches it under `cache_dir`,
-  keyed by (dataset, forget indices, recipe): every later run with the same setting loads it.
+- otherwise the model trained with `recipe` ("target": the recipe stored in the target checkpoint; a pretrain
+  config name/path; or a mapping) on the training set minus the forget set, cached under `cache_dir`, keyed by
+  (dataset, forget indices, recipe). Training it is a run of its own, made by the launch path before the
+  unlearning run starts (`ensure`, called by lit_unlearn.launch.runs.fit_run); every later run with the same
+  setting loads it.
 
 Training a reference costs as much as training the target. On digits that is seconds; on CIFAR-10 with the
 paper's recipe (50 epochs, batch 5000) it is the field's standard, but real, price of verification.
@@ -26,10 +28,13 @@ import torch
 from torch import nn
 
 from lit_unlearn.errors import MissingFileError, UserError
+from lit_unlearn.process import process_rank
 from lit_unlearn.specs import build, describe, fingerprint
-from lit_unlearn.verification.recipe import TrainingRecipe
+from lit_unlearn.verification.training_recipe import TrainingRecipe
 
-__all__ = ["RetrainedReference", "train_classifier", "preserved_rng"]
+__all__ = ["RetrainedReference", "preserved_rng", "REFERENCE_FILE", "write_reference"]
+
+REFERENCE_FILE = "retrained.ckpt"
 
 
 @contextlib.contextmanager
@@ -48,62 +53,6 @@ def preserved_rng() -> Iterator[None]:
             os.environ["PL_GLOBAL_SEED"] = states[3]
 
 
-def train_classifier(recipe: TrainingRecipe, dataset, forget=None, network_spec: dict | None = None,
-                     save_to: str | Path | None = None, progress: bool = False, device: str | torch.device = "cpu"):
-    """Train a classifier with `recipe` on `dataset`'s training split (minus `forget`, when given), exactly as
-    `lit-unlearn pretrain` does (seed_everything(seed), build the network, AdamW, seeded shuffling, one optimizer
-    step per batch), as a plain loop: it runs inside any process, also one rank of a distributed run, without
-    starting a second Trainer. Returns the trained SupervisedModule (its `network` is the model)."""
-    from lightning.fabric.utilities.seed import seed_everything
-
-    from lit_unlearn.data.datamodules import ClassificationDataModule
-    from lit_unlearn.modules.classifier import SupervisedModule
-    from lit_unlearn.algorithms.losses import mean_nll
-    from lit_unlearn.batches import logits_and_labels
-
-    spec = recipe.network or network_spec
-    if spec is None:
-        raise UserError("the training recipe does not say which network to build: give recipe.network "
-                        "(class_path/init_args) or train the target with `lit-unlearn pretrain`")
-    seed_everything(recipe.seed, verbose=False)
-    module = SupervisedModule(build(spec), lr=recipe.lr, weight_decay=recipe.weight_decay)
-    module.network_spec = spec
-    dm = ClassificationDataModule(dataset, batch_size=recipe.batch_size, seed=recipe.data_seed, forget=forget)
-    dm.setup("fit")
-    network = module.network.to(device).train()
-    optimizer = module.configure_optimizers()
-    loader = dm.train_dataloader()
-    bar = _progress(progress, recipe.epochs * len(loader))
-    for _ in range(recipe.epochs):
-        for batch in loader:
-            optimizer.zero_grad()
-            loss = mean_nll(*logits_and_labels(network, [t.to(device) for t in batch]))
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"retraining diverged (loss {loss.item()}): check the recipe's lr")
-            loss.backward()
-            optimizer.step()
-            bar.update(1)
-    bar.close()
-    network.eval()
-    if save_to is not None:
-        save_to = Path(save_to)
-        save_to.parent.mkdir(parents=True, exist_ok=True)
-        tmp = save_to.with_name(save_to.name + ".tmp")
-        torch.save({"state_dict": {f"network.{k}": v.cpu() for k, v in network.state_dict().items()},
-                    "training_recipe": {**recipe.as_dict(), "network": spec}}, tmp)
-        os.replace(tmp, save_to)  # atomic: a killed retrain never leaves a half-written reference in the cache
-    return module
-
-
-def _progress(enabled: bool, total: int):
-    import sys
-
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="retraining", disable=not (enabled and sys.stdout.isatty()), leave=False,
-                file=sys.stdout)
-
-
 class RetrainedReference:
     def __init__(self, ckpt: str | None = None, recipe: str | dict | None = "target",
                  cache_dir: str = "runs/retrained", train_if_missing: bool = True) -> None:
@@ -120,6 +69,7 @@ class RetrainedReference:
             raise UserError("RetrainedReference needs a ckpt (an existing retrained model) or a recipe to train one")
         self.ckpt, self.recipe, self.cache_dir, self.train_if_missing = ckpt, recipe, cache_dir, train_if_missing
         self.info: dict[str, Any] = {}
+        self.just_trained = False  # set by the launch path when it trained this reference for the current run
 
     # ----- what to train -------------------------------------------------------------------------------------------
     def resolve_recipe(self, target_ckpt: str | None) -> TrainingRecipe:
@@ -145,10 +95,52 @@ class RetrainedReference:
         return Path(self.cache_dir) / key
 
     # ----- the reference model -------------------------------------------------------------------------------------
+    def ensure(self, module, datamodule, train: Callable, log: Callable[[str], None] = print) -> bool:
+        """Train and cache the reference of this run's setting if it is not cached yet; True if trained now.
+        `train(recipe, dataset, forget, network_spec, root)` runs the training (the launch path's
+        `train_classifier`) and returns the trained network. Processes started together (multi-node): the first
+        trains, the others wait for the file. The run's random streams are left where they were."""
+        self.just_trained = False
+        if self.ckpt or not self.train_if_missing:
+            return False
+        if getattr(datamodule, "forget_indices", None) is None and hasattr(datamodule, "setup"):
+            datamodule.setup("fit")
+        if any(getattr(datamodule, a, None) is None for a in ("dataset", "forget", "forget_indices", "retain_indices")):
+            return False  # not an image unlearning setting: ForgettingVerification says what it needs
+        target_ckpt = getattr(module, "target_ckpt", None)
+        n_train = len(datamodule.forget_indices) + len(datamodule.retain_indices)
+        if not self.needs_training(target_ckpt, datamodule.dataset, datamodule.forget_indices, n_train):
+            return False
+        recipe = self.resolve_recipe(target_ckpt)
+        folder = self.cache_folder(recipe, datamodule.dataset, datamodule.forget_indices, n_train)
+        if process_rank() != 0:
+            _wait_for(folder / REFERENCE_FILE)
+            return False
+        log(f"training the retrained reference on the retain set ({recipe.epochs} epochs, the target's recipe); "
+            f"cached at {folder}")
+        started = time.perf_counter()
+        network_spec = getattr(module, "network_spec", None)
+        with preserved_rng():
+            network = train(recipe, datamodule.dataset, datamodule.forget, network_spec, folder / "runs")
+        write_reference(folder, network, recipe, network_spec, {
+            "dataset": describe(datamodule.dataset), "forget": describe(datamodule.forget),
+            "n_forget": int(len(datamodule.forget_indices)), "n_train": int(n_train),
+            "train_seconds": round(time.perf_counter() - started, 2)})
+        self.just_trained = True
+        return True
+
+    def needs_training(self, target_ckpt: str | None, dataset, forget_indices: np.ndarray, n_train: int) -> bool:
+        """Whether the reference of this setting must still be trained (no ckpt given, none cached)."""
+        if self.ckpt:
+            return False
+        recipe = self.resolve_recipe(target_ckpt)
+        return not (self.cache_folder(recipe, dataset, forget_indices, n_train) / REFERENCE_FILE).is_file()
+
     def load(self, network: nn.Module, *, target_ckpt: str | None, network_spec: dict | None, dataset, forget,
              forget_indices: np.ndarray, n_train: int, log: Callable[[str], None] = print,
              device: str | torch.device = "cpu") -> nn.Module:
-        """The retrained model, as a network of the same architecture as `network` (which is not modified)."""
+        """The retrained model (given, or cached by the launch path), as a network of the same architecture as
+        `network` (which is not modified)."""
         import copy
 
         from lit_unlearn.checkpoints import load_network_weights
@@ -160,28 +152,39 @@ class RetrainedReference:
             return reference.eval()
         recipe = self.resolve_recipe(target_ckpt)
         folder = self.cache_folder(recipe, dataset, forget_indices, n_train)
-        path = folder / "retrained.ckpt"
-        trained = False
+        path = folder / REFERENCE_FILE
         if not path.is_file():
-            if not self.train_if_missing:
-                raise MissingFileError(f"no retrained reference cached at {path}; run `lit-unlearn retrain` first "
-                                       "or allow train_if_missing")
-            log(f"training the retrained reference on the retain set ({recipe.epochs} epochs, the target's recipe); "
-                f"cached at {folder}")
-            started = time.perf_counter()
-            with preserved_rng():
-                train_classifier(recipe, dataset, forget, network_spec=network_spec, save_to=path, progress=True,
-                                 device=device)
-            (folder / "reference.json").write_text(json.dumps({
-                "recipe": recipe.as_dict(), "dataset": describe(dataset), "forget": describe(forget),
-                "n_forget": int(len(forget_indices)), "n_train": int(n_train),
-                "train_seconds": round(time.perf_counter() - started, 2)}, indent=1, default=str))
-            trained = True
+            hint = ("run `lit-unlearn retrain` with this configuration, or fit through lit_unlearn.launch (it trains "
+                    "the reference first)") if self.train_if_missing else "run `lit-unlearn retrain` first"
+            raise MissingFileError(f"no retrained reference cached at {path}: {hint}")
         reference = build(recipe.network) if recipe.network else copy.deepcopy(network)
         _check_same_architecture(reference, network, path)
         load_network_weights(reference, str(path))
-        self.info = {"ckpt": str(path), "trained": trained, "source": "cache", "recipe": recipe.as_dict()}
+        self.info = {"ckpt": str(path), "trained": self.just_trained, "source": "cache", "recipe": recipe.as_dict()}
         return reference.eval()
+
+
+def write_reference(folder: Path, network: nn.Module, recipe: TrainingRecipe, network_spec: dict | None,
+                    details: dict) -> Path:
+    """Store a freshly retrained reference in its cache folder: the weights in the checkpoint layout the loader
+    reads (written atomically: a killed retrain never leaves a half-written reference), and reference.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / REFERENCE_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"state_dict": {f"network.{k}": v.cpu() for k, v in network.state_dict().items()},
+                "training_recipe": {**recipe.as_dict(), "network": recipe.network or network_spec}}, tmp)
+    os.replace(tmp, path)
+    (folder / "reference.json").write_text(json.dumps({"recipe": recipe.as_dict(), **details}, indent=1, default=str))
+    return path
+
+
+def _wait_for(path: Path, timeout: float = 3600.0) -> None:
+    deadline = time.time() + timeout
+    while not path.is_file():
+        if time.time() > deadline:
+            raise UserError(f"waited {timeout:.0f} s for the first process to train the retrained reference "
+                            f"({path} never appeared)")
+        time.sleep(1.0)
 
 
 def _check_same_architecture(reference: nn.Module, network: nn.Module, path: Path) -> None:

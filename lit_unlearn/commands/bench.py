@@ -1,0 +1,42 @@
+"""`lit-unlearn bench`: every LLM unlearning method under one setting, hyper-parameters chosen per method on a
+validation world, table + CSV + figures."""
+
+from __future__ import annotations
+
+from lit_unlearn.commands import command
+
+
+@command("bench", "every LLM method on one TOFU setting: grid on a validation world, FQ/MU/... table, CSV, figures",
+         order=65, examples=("lit-unlearn bench", "lit-unlearn bench --methods NPO,RMU --out runs/b",
+                             "lit-unlearn bench --preset bench_tofu_llama2_7b",
+                             "lit-unlearn bench --preset bench_muse_tiny"))
+def bench(preset: str = "bench_tofu_tiny", config: str | None = None, out: str | None = None,
+          methods: str | None = None, levels: str | None = None, seeds: str | None = None,
+          steps: int | None = None) -> None:
+    """Every LLM unlearning method under one setting (same target, retain-only references, step budget and
+    evaluation), hyper-parameters chosen per method on a validation world. Interrupted? Run the same command
+    again: finished runs are read back from OUT/runs.jsonl and an interrupted run resumes from its checkpoint.
+
+    Args:
+        preset: a packaged bench config (bench_tofu_tiny, bench_tofu_llama2_7b, bench_muse_tiny, ...)
+        config: a bench config file instead (see configs/bench_tofu_tiny.yaml)
+        out: output folder (default: the config's out_dir)
+        methods: comma-separated subset of the config's methods
+        levels: comma-separated forget levels (01,05,10)
+        seeds: comma-separated seeds
+        steps: override the step budget
+    """
+    from lit_unlearn.bench import load_bench_spec, run_bench
+    from lit_unlearn.console import say
+    from lit_unlearn.packaged_files import packaged_config
+
+    spec = load_bench_spec(config or packaged_config(preset))
+    if levels:
+        spec.forget_levels = [x.strip().zfill(2) for x in levels.split(",")]
+    if seeds:
+        spec.seeds = [int(x) for x in seeds.split(",")]
+    if steps:
+        spec.steps = steps
+    results = run_bench(spec, out, methods.split(",") if methods else None, log=say)
+    say("\n" + results.read_text())
+    say(f"(table: {results}; CSV: {results.with_suffix('.csv')}; figures: {results.parent})")

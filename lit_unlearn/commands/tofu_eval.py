@@ -1,0 +1,57 @@
+"""`lit-unlearn tofu-eval`: the TOFU table of one model, optionally saved as the reference for forget quality."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from lit_unlearn.commands import command
+
+
+@command("tofu-eval", "the TOFU table (forget quality, model utility, ROUGE, MIA) of one model", order=60,
+         examples=("lit-unlearn tofu-eval --model runs/tofu/retrain --data runs/tofu/data --save runs/tofu/ref.json",
+                   "lit-unlearn tofu-eval --model runs/tofu/hamu/checkpoints/last.ckpt --base runs/tofu/target "
+                   "--data runs/tofu/data --reference runs/tofu/ref.json --logdir runs/tofu/eval",
+                   "lit-unlearn tofu-eval --model open-unlearning/tofu_Llama-2-7b-chat-hf_full "
+                   "--tokenizer meta-llama/Llama-2-7b-chat-hf --data locuslab/TOFU --template llama2"))
+def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | None = None,
+              forget_level: Literal["01", "05", "10"] = "10", template: Literal["plain", "llama2", "chat"] = "plain",
+              reference: str | None = None, require_reference: bool = False,
+              mia_convention: Literal["lit-unlearn", "open-unlearning"] = "lit-unlearn",
+              input_format: Literal["lit-unlearn", "open-unlearning"] = "lit-unlearn", gradnorm: bool = True,
+              max_new_tokens: int = 200, batch_size: int = 32,
+              dtype: Literal["float32", "bfloat16", "float16"] = "float32", device: str | None = None,
+              save: str | None = None, logdir: str | None = None) -> None:
+    """The TOFU table (FQ, MU, FTR, ROUGE, MIA) of one model, optionally saved as the reference for forget quality
+    and logged to TensorBoard.
+
+    Args:
+        model: HF folder or hub name, or a .ckpt of an unlearning run
+        data: TOFU hub name (locuslab/TOFU) or a local folder of split files
+        base: with a .ckpt: the HF model it was trained from (architecture)
+        tokenizer: tokenizer folder or hub name (default: the model's folder)
+        forget_level: the forget split (forget01 / 05 / 10)
+        template: QA template
+        reference: the retain-only model's saved report, for forget quality
+        require_reference: fail instead of reporting forget quality as missing
+        mia_convention: how Min-K%, Min-K%++, zlib, ES/EM and privleak's fallback are computed (docs/llm.md)
+        input_format: tokenisation of the template: ours, or open-unlearning's (to set numbers beside its tables)
+        gradnorm: run the gradient-norm MIA (a backward pass per forget/holdout item; --no-gradnorm skips it)
+        max_new_tokens: greedy generation length for ROUGE
+        batch_size: evaluation batch size
+        dtype: the model's parameter dtype
+        device: cpu or cuda (default: cuda when available)
+        save: write the report (summary + per-item values) as JSON here
+        logdir: also log the summary as TensorBoard scalars (tofu/...) here
+    """
+    from lit_unlearn.data import TofuSource
+    from lit_unlearn.metrics import TofuEvaluator
+    from lit_unlearn.metrics.report_output import finish_report
+    from lit_unlearn.models.loading import load_causal_lm
+
+    network, tok = load_causal_lm(model, base, tokenizer, dtype, device)
+    source = TofuSource(data, forget_level)
+    report = TofuEvaluator(tok, source.eval_splits(), template=template, max_new_tokens=max_new_tokens,
+                           batch_size=batch_size, reference=reference, require_reference=require_reference,
+                           mia_convention=mia_convention, input_format=input_format,
+                           gradnorm=gradnorm).run(network, device)
+    finish_report(report, "tofu", save, logdir)

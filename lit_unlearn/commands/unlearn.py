@@ -1,0 +1,19 @@
+"""`lit-unlearn unlearn`: unlearn a trained target with a packaged method config and the user's overrides."""
+
+from __future__ import annotations
+
+from lit_unlearn.commands import command
+
+
+@command("unlearn", "unlearn a target (preset digits_hamu; --preset NAME, --target T, any LightningCLI override)",
+         training=True, preset="digits_hamu", target=True, order=30,
+         examples=("lit-unlearn unlearn", "lit-unlearn unlearn --preset digits_npo",
+                   'lit-unlearn unlearn --target "ua within 0.05 of retrain"',
+                   "lit-unlearn unlearn --model.init_args.eta=0.02 --ckpt_path last"))
+def unlearn(lightning_args: list[str], preset: str, target: str | None = None) -> None:
+    """Unlearn a trained target. The preset's config comes first (default digits_hamu); --config files and
+    --KEY=VALUE overrides follow and win, as in LightningCLI. Each run has its own folder; --ckpt_path last resumes
+    this configuration's unfinished run (docs/cluster.md)."""
+    from lit_unlearn.launch.runs import build_run, fit_run
+
+    fit_run(build_run(lightning_args, preset, target))

@@ -1,0 +1,143 @@
+"""The command line of the training commands, before LightningCLI sees it.
+
+A training command (`pretrain`, `unlearn`, `demo`, `tofu-demo`, ...) takes its own few options and the shared
+`--preset` / `--target` (declared once, here), in the `--name value` or `--name=value` form, and hands the rest to
+LightningCLI after the preset's configs. Every `--config FILE` is replaced by its `# extends:` chain, so a user's
+config that extends a preset is extended wherever its `# extends:` line stands in the header comment.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lit_unlearn.errors import UserError
+from lit_unlearn.launch.presets import config_chain
+
+__all__ = ["Option", "PRESET", "TARGET", "options_of", "split_options", "lightning_arguments",
+           "expand_config_arguments"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One `--name` option of a training command (`--name value`, `--name=value`; a flag takes no value)."""
+
+    name: str
+    help: str
+    metavar: str = "VALUE"
+    flag: bool = False
+    default: Any = None
+    convert: Callable[[str], Any] = str
+
+    @property
+    def spelling(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def usage(self) -> str:
+        return self.spelling if self.flag else f"{self.spelling} {self.metavar}"
+
+
+PRESET = Option("preset", "a packaged config (`lit-unlearn configs` lists them)", "NAME")
+TARGET = Option("target", 'stop at a forget target and end on the weights closest to it, e.g. '
+                '"forget_vs_retrain_auc <= 0.6", "ua within 0.05 of retrain", "forget_quality >= 0.05"', "TARGET")
+
+
+def options_of(run: Callable) -> list[Option]:
+    """A training command's own options, from its keyword parameters after the first (the LightningCLI arguments):
+    a bool default makes a flag; the docstring's `Args:` lines give the help."""
+    docs = _arg_docs(run.__doc__ or "")
+    out = []
+    for i, (name, p) in enumerate(inspect.signature(run).parameters.items()):
+        if i == 0 or name in ("preset", "target") or p.kind not in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
+            continue
+        default = None if p.default is inspect.Parameter.empty else p.default
+        flag = isinstance(default, bool)
+        convert = type(default) if isinstance(default, (int, float)) and not flag else str
+        out.append(Option(name, docs.get(name, ""), name.upper(), flag, default, convert))
+    return out
+
+
+def _arg_docs(doc: str) -> dict[str, str]:
+    """{parameter: help} from a Google-style `Args:` section."""
+    out: dict[str, str] = {}
+    lines = inspect.cleandoc(doc).splitlines()
+    inside, current = False, None
+    for line in lines:
+        if line.strip() == "Args:":
+            inside = True
+            continue
+        if inside:
+            if line and not line.startswith(" "):
+                break
+            text = line.strip()
+            if ":" in text and text.split(":", 1)[0].isidentifier() and line.startswith("    ") and \
+                    not line.startswith("        "):
+                current, rest = text.split(":", 1)
+                out[current] = rest.strip()
+            elif current and text:
+                out[current] += " " + text
+    return out
+
+
+def split_options(argv: Sequence[str], options: Sequence[Option]) -> tuple[dict[str, Any], list[str]]:
+    """(the options' values, the other arguments in order). Unknown `--x` go to LightningCLI untouched."""
+    by_spelling = {s: o for o in options for s in {o.spelling, "--" + o.name}}
+    values = {o.name: o.default for o in options}
+    rest: list[str] = []
+    i = 0
+    argv = list(argv)
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, inline = arg.partition("=")
+        option = by_spelling.get(name)
+        if option is None:
+            rest.append(arg)
+            i += 1
+            continue
+        if option.flag:
+            if eq:
+                if inline.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise UserError(f"{option.spelling} is a flag: give it alone, or ={{true,false}}, not {arg!r}")
+                values[option.name] = inline.lower() in ("true", "1", "yes")
+            else:
+                values[option.name] = True
+            i += 1
+            continue
+        if eq:
+            raw, i = inline, i + 1
+        elif i + 1 < len(argv):
+            raw, i = argv[i + 1], i + 2
+        else:
+            raise UserError(f"{option.spelling} needs a value ({option.metavar}): {option.help}")
+        try:
+            values[option.name] = option.convert(raw)
+        except ValueError:
+            raise UserError(f"{option.spelling} {raw!r}: expected {option.convert.__name__}") from None
+    return values, rest
+
+
+def expand_config_arguments(argv: Sequence[str]) -> list[str]:
+    """Every `--config FILE` (or `--config=FILE`) preceded by the configs its `# extends:` chain names."""
+    out: list[str] = []
+    i = 0
+    argv = list(argv)
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--config" and i + 1 < len(argv):
+            path, i = argv[i + 1], i + 2
+        elif arg.startswith("--config="):
+            path, i = arg.split("=", 1)[1], i + 1
+        else:
+            out.append(arg)
+            i += 1
+            continue
+        out += [a for p in config_chain(path) for a in ("--config", p)]
+    return out
+
+
+def lightning_arguments(preset: str | None, argv: Sequence[str]) -> list[str]:
+    """LightningCLI arguments: the preset's config chain first, then the user's (configs expanded)."""
+    head = [a for p in config_chain(preset) for a in ("--config", p)] if preset else []
+    return head + expand_config_arguments(argv)

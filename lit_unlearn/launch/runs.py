@@ -1,0 +1,287 @@
+"""The one launch path. Every training run goes through `fit_run`, whichever command starts it: the training
+commands (a preset plus LightningCLI arguments, `build_run`) and the runs built in code (`launch` of a `RunSpec`:
+bench grid points, experiment runs, a world's tiny models, retrained references).
+
+So every run has its own folder (lit_unlearn.launch.run_folder) and resumes from it (`ckpt_path` 'last', 'auto',
+a path, or a SLURM requeue), saves a consistent checkpoint at the next step boundary on SIGUSR1/SIGTERM and
+exits with 128 + the signal, writes its checkpoints atomically, and leaves a truthful `run.json` (finished,
+interrupted with how to resume, or failed). Retrained references the run's callbacks need are trained first, as
+runs of their own (`train_classifier`; fitting a run can launch another, so both live here).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lit_unlearn.errors import UserError
+
+__all__ = ["RunSpec", "Launched", "launch", "prepare_launch", "build_run", "fit_run", "add_target", "train_classifier",
+           "prepare_references", "retrained_reference_of"]
+
+
+@dataclass
+class RunSpec:
+    """One training run built in code. `model` and `data` are `{class_path, init_args}` specs (built after
+    seeding, as LightningCLI builds them) or objects already built; with objects, `identity` says what defines
+    the run (its fingerprint decides which unfinished run a relaunch resumes)."""
+
+    root: str | Path                      # run folders go to root/version_N
+    model: Any
+    data: Any
+    trainer: dict[str, Any] = field(default_factory=dict)   # pl.Trainer keyword arguments
+    seed: int = 0
+    callbacks: list = field(default_factory=list)
+    identity: dict[str, Any] | None = None
+    ckpt_path: str | None = "auto"        # resume this configuration's unfinished run if it has a checkpoint
+    final_checkpoint: bool = False        # keep the final weights as checkpoints/last.ckpt
+    progress: bool = False                # a step progress bar (on a terminal)
+    configure: Any = None                 # called with the built model before fitting (e.g. switch its report off)
+
+
+@dataclass
+class Launched:
+    """A run's objects: what `fit_run` fits and reports on."""
+
+    trainer: Any
+    model: Any
+    datamodule: Any
+    run: Any = None                       # its RunFolder (None: an unmanaged run)
+    ckpt_path: str | None = None          # unmanaged runs: the checkpoint to resume from
+    from_command_line: bool = False       # a training command: say where the final checkpoint is, resume by flag
+
+
+def launch(spec: RunSpec) -> Launched:
+    """Build the objects of `spec`, claim the run's folder (or the unfinished one it resumes), and fit them."""
+    return fit_run(prepare_launch(spec))
+
+
+def prepare_launch(spec: RunSpec) -> Launched:
+    """The objects of `spec` and its run folder, ready for `fit_run`."""
+    import lightning.pytorch as pl
+
+    from lit_unlearn.launch.cluster import cluster_ready, command_line
+    from lit_unlearn.launch.run_folder import prepare_run, release_claim
+    from lit_unlearn.quiet import quiet_lightning
+    from lit_unlearn.specs import build
+
+    quiet_lightning()
+    pl.seed_everything(spec.seed, verbose=False)
+    model = build(spec.model) if isinstance(spec.model, dict) else spec.model
+    data = build(spec.data) if isinstance(spec.data, dict) else spec.data
+    if spec.configure is not None:
+        spec.configure(model)
+    if spec.identity is None and not (isinstance(spec.model, dict) and isinstance(spec.data, dict)):
+        raise ValueError("RunSpec with built objects needs `identity` (what defines the run)")
+    identity = spec.identity if spec.identity is not None else \
+        {"model": spec.model, "data": spec.data, "seed_everything": spec.seed}
+    run = prepare_run(spec.root, identity, spec.ckpt_path, command=command_line())
+    try:
+        trainer_args: dict[str, Any] = {"logger": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
+                                        "accelerator": "cpu", "devices": 1, **spec.trainer}
+        callbacks = list(spec.callbacks)
+        if spec.progress:
+            from lit_unlearn.callbacks.step_progress import StepProgressBar
+
+            callbacks.append(StepProgressBar())
+        else:
+            trainer_args.setdefault("enable_progress_bar", False)
+        if spec.final_checkpoint:
+            from lit_unlearn.callbacks.final_checkpoint import FinalCheckpoint
+
+            callbacks.append(FinalCheckpoint(dirpath=str(run.checkpoints), save_top_k=0, save_last=True))
+        else:
+            trainer_args.setdefault("enable_checkpointing", False)
+        if isinstance(trainer_args.get("strategy"), dict):  # e.g. DeepSpeed ZeRO-3 in a 7B bench config
+            trainer_args["strategy"] = build(trainer_args["strategy"])
+        callbacks = cluster_ready(trainer_args, callbacks, run)
+        trainer = pl.Trainer(default_root_dir=str(run.path), callbacks=callbacks, **trainer_args)
+    except BaseException:
+        run.remove_if_empty()
+        release_claim(run)
+        raise
+    return Launched(trainer, model, data, run)
+
+
+def add_target(trainer, target: str) -> None:
+    """Retarget the run's StopAtTarget, or add one (with a retrained reference when the target needs it)."""
+    from lightning.pytorch.callbacks import Checkpoint
+
+    from lit_unlearn.callbacks import ForgettingVerification, StopAtTarget
+    from lit_unlearn.verification.targets import parse_targets
+
+    parts = parse_targets(target)
+    callbacks = trainer.callbacks
+    stopper = next((cb for cb in callbacks if isinstance(cb, StopAtTarget)), None)
+    at = next((i for i, cb in enumerate(callbacks) if isinstance(cb, Checkpoint)), len(callbacks))
+    if stopper is not None:
+        stopper.target = target
+        return
+    new = [StopAtTarget(target)]
+    if any(p.needs_reference for p in parts) and parts[0].info.kind == "classifier" and \
+            not any(isinstance(cb, ForgettingVerification) for cb in callbacks):
+        new.insert(0, ForgettingVerification())
+    callbacks[at:at] = new  # before the checkpoint callbacks: the closest weights are restored before they save
+
+
+def build_run(lightning_args: list[str], preset: str | None = None, target: str | None = None,
+              manage_runs: bool = True) -> Launched:
+    """The objects of a training command: the preset's configs, then the user's LightningCLI arguments (LightningCLI
+    builds model, datamodule and trainer); `target` adds or retargets a StopAtTarget. manage_runs: the run gets its
+    own folder and resume logic; off for commands that only read a config (`lit-unlearn retrain`)."""
+    from lit_unlearn.launch.arguments import lightning_arguments
+    from lit_unlearn.launch.lightning_cli import UnlearnCLI
+
+    cli = UnlearnCLI(args=lightning_arguments(preset, lightning_args), run=False, manage_runs=manage_runs)
+    try:
+        cli.record_network_spec()
+        if target is not None:
+            add_target(cli.trainer, target)
+    except BaseException:
+        if cli.run_folder is not None:
+            cli.run_folder.remove_if_empty()
+        raise
+    return Launched(cli.trainer, cli.model, cli.datamodule, cli.run_folder, cli.config.get("ckpt_path"),
+                    from_command_line=True)
+
+
+def _stop_signal(stop: SystemExit) -> int:
+    from lit_unlearn.callbacks.preemption import Preempted
+
+    if isinstance(stop, Preempted):
+        return stop.signum
+    return signal.SIGTERM if stop.code is None else signal.SIGINT  # Lightning's SIGTERM exit, or Ctrl+C (code 1)
+
+
+def fit_run(launched: Launched) -> Launched:
+    """Fit, and keep the run's folder truthful: finished (final checkpoint printed, hpc checkpoints removed,
+    `latest` updated), interrupted (how to resume; exit code 128 + signal), or failed (removed if it holds no
+    checkpoint). Retrained references the callbacks need are made first."""
+    from lit_unlearn.callbacks.preemption import Preempted
+    from lit_unlearn.console import say
+    from lit_unlearn.distributed.shutdown import release_process_group
+    from lit_unlearn.launch.run_folder import newest_loadable_checkpoint, release_claim, shown
+
+    trainer, run = launched.trainer, launched.run
+    if run is None:
+        prepare_references(trainer, launched.model, launched.datamodule)
+        trainer.fit(launched.model, launched.datamodule, ckpt_path=launched.ckpt_path)
+        return launched
+    for note in run.notes:
+        say(note)
+    try:
+        prepare_references(trainer, launched.model, launched.datamodule)
+        trainer.fit(launched.model, launched.datamodule, ckpt_path=run.resume_from)
+    except SystemExit as stop:  # a pre-emption signal, SIGTERM (Lightning) or Ctrl+C (Lightning exits with 1)
+        signum = _stop_signal(stop)
+        name = signal.Signals(signum).name
+        info = run.record(status="interrupted", interrupted_at_step=trainer.global_step, signal=name)
+        command = info.get("command") or "lit-unlearn ..."
+        # A training command resumes with --ckpt_path last; a run built in code resumes by itself ('auto') when
+        # the command that built it runs again.
+        hint = f"{command} --ckpt_path last" if launched.from_command_line and "--ckpt_path" not in command \
+            else command
+        say(f"interrupted at step {trainer.global_step} by {name}; resume with: {hint}")
+        release_claim(run)
+        if isinstance(stop, Preempted):  # every rank stopped at the same boundary: no collective is in flight
+            release_process_group()
+        raise SystemExit(128 + int(signum)) from None
+    except BaseException:
+        if not run.remove_if_empty():
+            run.record(status="failed", failed_at_step=trainer.global_step)
+        release_claim(run)
+        raise
+    run.remove_hpc_checkpoints()
+    final = run.checkpoints / "last.ckpt"
+    if not final.exists():  # no FinalCheckpoint: the newest checkpoint the run wrote
+        final = newest_loadable_checkpoint(run.path)[0] or final
+    run.record(status="finished", global_step=trainer.global_step,
+               final_checkpoint=str(final) if final.exists() else None)
+    _point_latest(run.path)
+    release_claim(run)
+    if final.exists() and launched.from_command_line:  # runs built in code say nothing: their caller reports
+        say(f"final checkpoint: {shown(final)}")
+    return launched
+
+
+# ----- retrained references: runs of their own, before the run that needs them ----------------------------------------
+def train_classifier(recipe, dataset, forget=None, network_spec: dict | None = None,
+                     root: str | Path = "runs/retrained", progress: bool = False):
+    """Train a classifier with `recipe` on `dataset`'s training split (minus `forget`, when given), exactly as
+    `lit-unlearn pretrain` does (seed_everything(seed), build the network, AdamW, seeded shuffling, one optimizer
+    step per batch), through the launch path. Returns the trained SupervisedModule (its `network` is the model)."""
+    from lit_unlearn.data.datamodules import ClassificationDataModule
+    from lit_unlearn.specs import describe
+
+    spec = recipe.network or network_spec
+    if spec is None:
+        raise UserError("the training recipe does not say which network to build: give recipe.network "
+                        "(class_path/init_args) or train the target with `lit-unlearn pretrain`")
+    model = {"class_path": "lit_unlearn.modules.SupervisedModule",
+             "init_args": {"network": spec, "lr": recipe.lr, "weight_decay": recipe.weight_decay}}
+    data = ClassificationDataModule(dataset, batch_size=recipe.batch_size, seed=recipe.data_seed, forget=forget)
+    identity = {"recipe": recipe.as_dict(), "network": spec, "dataset": describe(dataset),
+                "forget": None if forget is None else describe(forget)}
+    launched = launch(RunSpec(root, model, data, trainer={"max_epochs": recipe.epochs, "limit_val_batches": 0,
+                                                          "accelerator": "auto"},
+                              seed=recipe.seed, identity=identity, progress=progress))
+    launched.model.network_spec = spec
+    launched.model.network.eval()
+    return launched.model
+
+
+def _train_reference(recipe, dataset, forget, network_spec, root):
+    return train_classifier(recipe, dataset, forget, network_spec, root, progress=True).network
+
+
+def prepare_references(trainer, module, datamodule) -> None:
+    """Train, before fitting, every retrained reference the run's callbacks will load (cached: once per setting)."""
+    from lit_unlearn.callbacks.forgetting_verification import ForgettingVerification
+    from lit_unlearn.console import say
+
+    for cb in trainer.callbacks:
+        if isinstance(cb, ForgettingVerification) and cb.reference is not None:
+            cb.reference.ensure(module, datamodule, _train_reference, log=say)
+
+
+def retrained_reference_of(launched: Launched):
+    """(reference network, its RetrainedReference, the datamodule) of a built unlearning run, trained now if it is
+    not cached yet (the run's ForgettingVerification settings, or the defaults: the target's recipe, cache
+    runs/retrained)."""
+    from lit_unlearn.callbacks.forgetting_verification import ForgettingVerification
+    from lit_unlearn.console import say
+    from lit_unlearn.verification import RetrainedReference
+
+    dm, module = launched.datamodule, launched.model
+    dm.setup("fit")
+    if getattr(dm, "forget_indices", None) is None:
+        raise UserError("`lit-unlearn retrain` works on image unlearning configs (UnlearningDataModule); for TOFU "
+                        "the retain-only model is made by `lit-unlearn tofu-demo` / fine-tuning on the retain split")
+    verification = next((cb for cb in launched.trainer.callbacks if isinstance(cb, ForgettingVerification)), None)
+    reference = (verification.reference if verification is not None and verification.reference is not None
+                 else RetrainedReference())
+    reference.ensure(module, dm, _train_reference, log=say)
+    network = reference.load(module.network, target_ckpt=getattr(module, "target_ckpt", None),
+                             network_spec=getattr(module, "network_spec", None), dataset=dm.dataset, forget=dm.forget,
+                             forget_indices=dm.forget_indices, n_train=len(dm.forget_indices) + len(dm.retain_indices),
+                             log=say)
+    return network, reference, dm
+
+
+def _point_latest(folder: Path) -> None:
+    """`<root>/latest` → the run that finished last (a stable path to its final checkpoint)."""
+    from lit_unlearn.launch.run_folder import process_rank
+
+    if process_rank() != 0:
+        return
+    link = folder.parent / "latest"
+    tmp = folder.parent / f".latest-{os.getpid()}"
+    try:
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(folder.name, target_is_directory=True)
+        os.replace(tmp, link)  # atomic swap of the link
+    except OSError:  # a filesystem without symbolic links: the path is in run.json anyway
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,66 @@
+"""Per-loss gradients and the update written back, with the same code unsharded and under DeepSpeed ZeRO.
+
+A mixin of `UnlearningModule`. Unsharded, the gradients are the p.grad tensors; under ZeRO-2/3 each rank holds only
+its slices of the flat gradient partition (lit_unlearn.distributed.sharded_grads), statistics computed on them are
+summed over the ranks, and the combined update is written back into the partitions before the optimizer step.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from lit_unlearn.distributed.sharded_grads import all_reduce_sum, read_local_grads, write_local_grads
+
+__all__ = ["GradientAccess"]
+
+
+class GradientAccess:
+    """Needs `self._params` (the trainable parameters), `self.zero_stage`, and a LightningModule's
+    `optimizers()` / `manual_backward` / `trainer`."""
+
+    def gradients(self, loss: Tensor, release: bool = True) -> list[Tensor]:
+        """Backward `loss` alone and return one gradient per trainable parameter (zeros where unused).
+
+        release=True hands the gradient tensors over (p.grad is reset to None), so the next backward allocates
+        fresh ones and nothing is copied; release=False leaves them in p.grad, where an update can be written.
+        """
+        params = self._params
+        if self.zero_stage:
+            # Sharded (DeepSpeed ZeRO): this rank's gradient slices. zero_grad first: ZeRO-2 would overwrite and
+            # ZeRO-3 accumulate into the previous backward's partition.
+            self.optimizers().zero_grad()
+            self.manual_backward(loss)
+            return read_local_grads(params, self.zero_stage, copy=release)
+        for p in params:
+            p.grad = None
+        self.manual_backward(loss)
+        grads = []
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
+            if release:
+                p.grad = None
+        return grads
+
+    def set_update(self, grads: list[Tensor]) -> None:
+        """Make `grads` (from `gradients()`, combined in place) what the optimizer step applies. Unsharded, they
+        already are the p.grad tensors (release=False); under ZeRO they are written back into the partitions."""
+        if self.zero_stage:
+            write_local_grads(self._params, grads, self.zero_stage)
+
+    def sum_over_shards(self, t: Tensor) -> Tensor:
+        """Statistics computed on gradient slices → the statistics of the whole gradients (identity unsharded)."""
+        return all_reduce_sum(t, self.zero_stage)
+
+    def global_mean(self, value: Tensor) -> Tensor:
+        """The mean of a per-process scalar over all processes (the global batch's value of a batch-mean loss: the
+        local losses are rescaled in `compute_loss` so that their average is the global mean)."""
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if world > 1 and dist.is_available() and dist.is_initialized():
+            value = value.detach().clone().to(torch.float64)
+            dist.all_reduce(value)
+            value = value / world
+        return value
