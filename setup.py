@@ -70,7 +70,8 @@ setup(
     extras_require={
         "llm": LLM,
         "plots": ["matplotlib>=3.7"],
-        "test": ["pytest>=8", "matplotlib>=3.7", *LLM],  # the suite covers the LLM and DeepSpeed paths too
+        # the suite covers the LLM and DeepSpeed paths too; two workers share the 2-core machines' time
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "matplotlib>=3.7", *LLM],
     },
     entry_points={"console_scripts": ["lit-unlearn=lit_unlearn.cli:main"]},
 )

@@ -13,7 +13,6 @@ under data parallelism.
 
 from __future__ import annotations
 
-import math
 
 from lit_unlearn.callbacks.report_evaluation import ReportEvaluation
 
@@ -30,7 +29,7 @@ class TofuEvaluation(ReportEvaluation):
     def __init__(self, source=None, reference: str | None = None, template: str | None = None,
                  max_new_tokens: int = 200, batch_size: int = 32, every_n_epochs: int = 0,
                  evaluate_at_start: bool = False, require_reference: bool = False,
-                 mia_convention: str = "lit-unlearn", gradnorm: bool = True) -> None:
+                 mia_convention: str = "lit-unlearn", gradnorm: bool = True, max_length: int | None = None) -> None:
         """
         Args:
             source: a TofuSource for the eval splits (default: the datamodule's source).
@@ -43,11 +42,13 @@ class TofuEvaluation(ReportEvaluation):
             mia_convention: "lit-unlearn" or "open-unlearning" (Min-K%, Min-K%++, zlib, ES/EM, privleak fallback
                 exactly as open-unlearning computes them; the input format follows the datamodule's).
             gradnorm: run the gradient-norm MIA in full reports (one backward pass per forget/holdout item).
+            max_length: longest scored sequence; longer ones are cut, counted in the report and warned about
+                (default: the datamodule's, else TOFU's 512).
         """
         super().__init__(source, every_n_epochs, evaluate_at_start)
         self.reference, self.template = reference, template
         self.max_new_tokens, self.batch_size, self.require_reference = max_new_tokens, batch_size, require_reference
-        self.mia_convention, self.gradnorm = mia_convention, gradnorm
+        self.mia_convention, self.gradnorm, self.max_length = mia_convention, gradnorm, max_length
         self.start_summary: dict | None = None  # the target's numbers, before unlearning
         self._trainer = None
         from lit_unlearn.metrics.mia_convention import get_convention
@@ -55,12 +56,14 @@ class TofuEvaluation(ReportEvaluation):
         get_convention(mia_convention)  # a typo fails at construction, not after training
 
     def _build_evaluator(self, trainer, source):
+        from lit_unlearn.data.tofu import MAX_LENGTH
         from lit_unlearn.metrics import TofuEvaluator
 
         formatter = getattr(trainer.datamodule, "formatter", None)
         return TofuEvaluator(trainer.datamodule.tokenizer, source.eval_splits(),
                              template=self.template or getattr(formatter, "template", "plain"),
                              max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,
+                             max_length=self.max_length or getattr(formatter, "max_length", None) or MAX_LENGTH,
                              reference=self._reference_file(trainer), require_reference=self.require_reference,
                              mia_convention=self.mia_convention, gradnorm=self.gradnorm,
                              input_format=getattr(formatter, "input_format", "lit-unlearn"), baseline=self.start_summary)
@@ -150,11 +153,9 @@ class TofuEvaluation(ReportEvaluation):
 
     def reference_forget_loss(self) -> float | None:
         """The retain-only model's mean answer NLL on the forget split (HAMU's quota-controller goal)."""
-        ref = self._reference_report()
-        probs = ((ref or {}).get("per_item", {}).get("forget", {}) or {}).get("prob")
-        if not probs:
-            return None
-        return float(sum(-math.log(max(p, 1e-300)) for p in probs) / len(probs))
+        from lit_unlearn.metrics.tofu_verification import mean_forget_nll
+
+        return mean_forget_nll(self._reference_report())
 
     def target_values(self, trainer, pl_module, names=None) -> dict[str, float]:
         from lit_unlearn.metrics.tofu_eval import TARGET_METRICS

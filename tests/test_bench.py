@@ -34,7 +34,8 @@ def test_every_packaged_bench_method_builds_at_every_grid_point(preset):
 def test_packaged_bench_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
     spec = load_bench_spec(packaged_config("bench_tofu_tiny"))
     assert {m.name for m in spec.methods} >= {"GA", "GradDiff", "NPO", "SimNPO", "IdkDPO", "RMU", "HAMU", "OFMU"}
-    assert spec.forget_levels == ["01", "05", "10"] and spec.data["kind"] == "generated"
+    assert spec.forget_levels == ["01", "05", "10"] and spec.data["kind"] == "world" and len(spec.seeds) >= 2
+    assert next(m for m in spec.methods if m.name == "OFMU").steps  # its rounds cost ~10 gradients each
     big = load_bench_spec(packaged_config("bench_tofu_llama2_7b"))
     assert big.data["kind"] == "tofu" and set(big.data["references"]) == {"01", "05", "10"}
     bad = tmp_path / "bad.yaml"
@@ -43,6 +44,9 @@ def test_packaged_bench_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
         load_bench_spec(bad)
     bad.write_text("methods: {GA: {class_path: lit_unlearn.modules.GAModule}}\nforget_level: ['10']\n")
     with pytest.raises(UserError, match="unknown bench keys"):
+        load_bench_spec(bad)
+    bad.write_text("methods: {GA: {class_path: lit_unlearn.modules.GAModule, step: 3}}\n")
+    with pytest.raises(UserError, match=r"GA: unknown keys \['step'\].*steps"):
         load_bench_spec(bad)
     bad.write_text("methods: {GA: {class_path: lit_unlearn.modules.GAModule}}\nforget_levels: ['20']\n")
     with pytest.raises(UserError, match="forget_levels"):
@@ -56,6 +60,20 @@ def test_select_point_is_the_best_forget_quality_above_the_utility_floor():
         ok = [r for r in rows if r["MU"] >= floor * 1.0 and r["FQ"] is not None]
         expected = max(ok, key=lambda r: r["FQ"])["point"] if ok else max(rows, key=lambda r: r["MU"])["point"]
         assert TofuBenchmark().select(rows, {"MU": 1.0}, floor)[0] == expected
+
+
+def test_ofmu_reference_ceiling_is_the_retain_only_models_mean_forget_nll(tmp_path):
+    import math
+
+    from lit_unlearn.bench.benchmarks import World
+
+    probs = [0.5, 0.1, 0.02]
+    report = tmp_path / "ref.json"
+    report.write_text(json.dumps({"summary": {}, "per_item": {"forget": {"prob": probs}}}))
+    world = World("w", str(tmp_path), None, str(tmp_path), {"01": str(report)})
+    args = TofuBenchmark().method_args(world, "01", {"forget_ceiling": "reference", "inner_lr": 0.01})
+    assert args == {"forget_ceiling": pytest.approx(-sum(map(math.log, probs)) / 3, abs=1e-6), "inner_lr": 0.01}
+    assert TofuBenchmark().method_args(world, "01", {"lr": 1.0}) == {"lr": 1.0}
 
 
 @pytest.mark.slow

@@ -126,3 +126,14 @@ def test_help_everywhere_is_fast_and_writes_nothing(tmp_path, subprocess_env):
     assert not any(tmp_path.iterdir()), list(tmp_path.iterdir())  # no run folder, no cache, no file
     top = run(["--help"], tmp_path, subprocess_env).stdout
     assert all(name in top for name in COMMANDS) and "digits_hamu" in top  # commands and presets listed
+
+
+def test_function_commands_read_their_options_from_a_config_file(tmp_path, subprocess_env):
+    """`--config` works on the commands parsed from their signatures: the file's values are used (here a model
+    folder that is not there, named in a one-line error) and the command line still overrides them."""
+    config = tmp_path / "eval.yaml"
+    config.write_text("model: ./nowhere/model\ndata: ./nowhere/data\nforget_level: '01'\nmax_length: 256\n")
+    assert_user_error(run(["tofu-eval", "--config", str(config)], tmp_path, subprocess_env),
+                      "model './nowhere/model': no such folder")
+    assert_user_error(run(["tofu-eval", "--config", str(config), "--model", "./elsewhere"], tmp_path,
+                          subprocess_env), "model './elsewhere': no such folder")

@@ -3,6 +3,7 @@ table's columns, the validation criterion and the figure's axes. The runner is t
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from pathlib import Path
@@ -17,9 +18,10 @@ class World:
     """A target, its data and its retain-only (retrained) reference report(s), by forget level."""
 
     def __init__(self, name: str, data: str, tokenizer: Any, target: str, references: dict[str, str],
-                 template: str = "plain", network_args: dict | None = None) -> None:
+                 template: str = "plain", network_args: dict | None = None, max_length: int = 512) -> None:
         self.name, self.data, self.tokenizer, self.target = name, data, tokenizer, target
         self.references, self.template, self.network_args = references, template, network_args or {}
+        self.max_length = max_length
 
 
 def _best(rows: list[dict], key, ok) -> dict | None:
@@ -31,35 +33,47 @@ class _Benchmark:
     def __init__(self) -> None:
         self._evaluators: dict[tuple[str, str], Any] = {}
 
+    def method_args(self, world: World, level: str, init_args: dict) -> dict:
+        """A method's init_args with what only the world knows filled in."""
+        return init_args
+
 
 class TofuBenchmark(_Benchmark):
     name = "tofu"
     columns = {"FQ": "forget_quality", "MU": "model_utility", "FTR": "forget_truth_ratio", "privleak": "privleak",
-               "ES": "forget/es", "forget ROUGE": "forget/rouge"}
+               "AUC vs retain-only": "verification/forget_vs_retain_only_auc", "ES": "forget/es",
+               "forget ROUGE": "forget/rouge"}
     figure = ("MU", "FQ", True)  # x, y, log y
     criterion = "the highest forget quality among points keeping model utility >= {floor:g} x the target's"
 
     def levels(self, spec) -> list[str]:
         return list(spec.forget_levels)
 
-    def validation_level(self, spec) -> str:
-        return spec.validation_level
-
     @staticmethod
     def level_title(level: str) -> str:
         return f"forget{level}"
 
-    def worlds(self, spec, out: Path, log) -> tuple[World, World]:
+    def worlds(self, spec, out: Path, log) -> tuple[dict[int, World], World]:
+        """({seed: test world}, validation world). The real TOFU world is built once per seed (the seed is the
+        world's: its models' initialisation and batch order); the other kinds have one test world."""
         data = spec.data
-        if data.get("kind", "generated") == "generated":
+        if data.get("kind", "world") == "world":
+            from lit_unlearn.worlds.tofu_world import TofuWorldRecipe
+
+            recipe = TofuWorldRecipe(**(data.get("recipe") or {}))
+            tests = {seed: self._real(out / f"world_seed{seed}", seed, spec.forget_levels, recipe, log)
+                     for seed in spec.seeds}
+            val_seed = int(data.get("validation_seed", 100))
+            return tests, self._real(out / "world_validation", val_seed, self.validation_levels(spec), recipe, log)
+        if data.get("kind") == "generated":
             size = {"n_authors": int(data.get("n_authors", 40)), "epochs": int(data.get("epochs", 30))}
             test = self._generated(out / "world_test", int(data.get("seed", 0)), spec.forget_levels, spec, log,
                                    **size)
             val = self._generated(out / "world_validation", int(data.get("validation_seed", 1)),
-                                  [spec.validation_level], spec, log, **size)
-            return test, val
+                                  self.validation_levels(spec), spec, log, **size)
+            return {seed: test for seed in spec.seeds}, val
         if data.get("kind") != "tofu":
-            raise UserError(f"a TOFU bench's data.kind is 'generated' or 'tofu', got {data.get('kind')!r}")
+            raise UserError(f"a TOFU bench's data.kind is 'world', 'generated' or 'tofu', got {data.get('kind')!r}")
         from lit_unlearn.data.tokenizer import load_tokenizer
 
         refs = {str(k).zfill(2): v for k, v in (data.get("references") or {}).items()}
@@ -68,8 +82,22 @@ class TofuBenchmark(_Benchmark):
             raise UserError(f"bench data.references has no retain-only report for forget levels {missing}: "
                             "evaluate each retain model with `lit-unlearn tofu-eval --save` and list the files")
         world = World("tofu", data.get("path", "locuslab/TOFU"), load_tokenizer(data["tokenizer"]), data["target"],
-                      refs, spec.template, data.get("network_args"))
-        return world, world
+                      refs, spec.template, data.get("network_args"), int(data.get("max_length", 512)))
+        return {seed: world for seed in spec.seeds}, world
+
+    def validation_levels(self, spec) -> list[str]:
+        """The levels the grid is chosen at: each forget level on its own ("all"), or one for every level."""
+        return list(spec.forget_levels) if spec.validation_level == "all" else [spec.validation_level]
+
+    @staticmethod
+    def _real(folder: Path, seed: int, levels: list[str], recipe, log) -> World:
+        from lit_unlearn.data.tokenizer import load_tokenizer
+        from lit_unlearn.worlds.tofu_world import prepare_tofu_world
+
+        world = prepare_tofu_world(folder, seed=seed, levels=levels, recipe=recipe,
+                                   log=lambda msg: log(f"[{folder.name}] {msg.strip('= ')}"))
+        return World(folder.name, str(world.data), load_tokenizer(str(world.tokenizer)), str(world.target),
+                     {lv: str(world.reference(lv)) for lv in levels}, max_length=recipe.max_length)
 
     @staticmethod
     def _generated(folder: Path, seed: int, levels: list[str], spec, log, n_authors: int, epochs: int) -> World:
@@ -85,12 +113,27 @@ class TofuBenchmark(_Benchmark):
         return World(folder.name, str(paths["data"]), load_tokenizer(str(paths["tokenizer"])), str(paths["target"]),
                      refs)
 
+    def method_args(self, world: World, level: str, init_args: dict) -> dict:
+        """OFMU's forget_ceiling "reference" (read from the run's TofuEvaluation in a plain run; the bench evaluates
+        outside the run) becomes the number: the retain-only model's mean forget NLL at this level."""
+        if init_args.get("forget_ceiling") != "reference":
+            return init_args
+        from lit_unlearn.metrics.tofu_verification import mean_forget_nll
+
+        ceiling = mean_forget_nll(json.loads(Path(world.references[level]).read_text()))
+        if ceiling is None:
+            raise UserError(f"{world.references[level]}: no per-item forget probabilities for forget_ceiling")
+        return {**init_args, "forget_ceiling": round(ceiling, 6)}
+
     def datamodule(self, world: World, level: str, seed: int, spec, method):
         from lit_unlearn.data import TofuDataModule, TofuSource
 
+        refusals = Path(world.data) / "idontknow.jsonl"  # TOFU's own, where the world has them
         return TofuDataModule(TofuSource(world.data, level), world.tokenizer, template=world.template,
-                              retain_batch_size=spec.batch_size, forget_batch_size=spec.batch_size, seed=seed,
-                              alternate_answers="generated" if method.needs_refusals else None)
+                              max_length=world.max_length, retain_batch_size=spec.batch_size,
+                              forget_batch_size=spec.batch_size, seed=seed,
+                              alternate_answers=(str(refusals) if refusals.is_file() else "generated")
+                              if method.needs_refusals else None)
 
     def evaluate(self, world: World, level: str, network, spec) -> dict:
         from lit_unlearn.data import TofuSource
@@ -100,10 +143,12 @@ class TofuBenchmark(_Benchmark):
         if key not in self._evaluators:  # one per world and level: the data is read and tokenised once
             self._evaluators[key] = TofuEvaluator(world.tokenizer, TofuSource(world.data, level).eval_splits(),
                                                   template=world.template, max_new_tokens=spec.max_new_tokens,
-                                                  reference=world.references[level], gradnorm=False)
+                                                  max_length=world.max_length, reference=world.references[level],
+                                                  gradnorm=False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return self._evaluators[key].run(network).summary
+            report = self._evaluators[key].run(network)
+        return {**report.summary, **{f"verification/{k}": v for k, v in (report.verification or {}).items()}}
 
     def select(self, rows: list[dict], target: dict, floor: float) -> tuple[dict, str]:
         best = _best(rows, lambda r: (r["FQ"], r["MU"]),
@@ -125,18 +170,20 @@ class MuseBenchmark(_Benchmark):
     def levels(self, spec) -> list[str]:
         return ["forget"]  # MUSE's one forget set (the scal / sust folds are not benched)
 
-    def validation_level(self, spec) -> str:
-        return "forget"
+    def validation_levels(self, spec) -> list[str]:
+        return ["forget"]
 
     @staticmethod
     def level_title(level: str) -> str:
         return "MUSE forget set"
 
-    def worlds(self, spec, out: Path, log) -> tuple[World, World]:
+    def worlds(self, spec, out: Path, log) -> tuple[dict[int, World], World]:
+        """({seed: test world}, validation world): one test world for every seed."""
         data = spec.data
         if data.get("kind", "generated") == "generated":
             size = {k: int(data[k]) for k in ("n_forget", "n_retain", "n_holdout") if k in data}
-            return (self._generated(out / "world_test", int(data.get("seed", 0)), spec, log, data, size),
+            test = self._generated(out / "world_test", int(data.get("seed", 0)), spec, log, data, size)
+            return ({seed: test for seed in spec.seeds},
                     self._generated(out / "world_validation", int(data.get("validation_seed", 1)), spec, log, data,
                                     size))
         if data.get("kind") != "muse":
@@ -147,7 +194,7 @@ class MuseBenchmark(_Benchmark):
             raise UserError("bench data.reference: the retrained model's report (`lit-unlearn muse-eval --save`)")
         world = World("muse", data.get("path", "muse-bench/MUSE-News"), load_tokenizer(data["tokenizer"]),
                       data["target"], {"forget": data["reference"]}, network_args=data.get("network_args"))
-        return world, world
+        return {seed: world for seed in spec.seeds}, world
 
     @staticmethod
     def _generated(folder: Path, seed: int, spec, log, data: dict, size: dict) -> World:

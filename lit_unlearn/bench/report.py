@@ -1,6 +1,8 @@
 """The bench's outputs: results.{md,csv} (mean ± std over seeds per method and forget level), grid.csv (every
-validation run and the chosen point), and figure.png (TOFU: forget quality against model utility per method;
-MUSE: VerbMem on D_f against KnowMem on D_r)."""
+validation run, its level and whether it was chosen), figure.png (the test runs per method and level, TOFU:
+forget quality against model utility; MUSE: VerbMem on D_f against KnowMem on D_r), one Pareto figure per level
+(`pareto_<level>.png`: every grid point of the validation world and every seed of the test world, the chosen
+point marked), and all of it in TensorBoard (OUT/tensorboard: the figures and the table as text)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 
 from lit_unlearn.bench.spec import BenchSpec
 
-__all__ = ["write_outputs", "aggregate"]
+__all__ = ["write_outputs", "aggregate", "chosen_point"]
 
 
 def _mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
@@ -21,14 +23,13 @@ def _mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
     return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0)
 
 
-def aggregate(rows: list[dict], world: str, order: list[str], columns: list[str]) -> list[dict]:
-    """One row per (level, method) of the test world: mean and std of each metric over seeds."""
+def aggregate(rows: list[dict], order: list[str], columns: list[str]) -> list[dict]:
+    """One row per (level, method) of the test runs: mean and std of each metric over seeds."""
     out = []
-    levels = sorted({r["level"] for r in rows if r["world"] == world})
-    for level in levels:
+    tests = [r for r in rows if r.get("phase", "test") == "test"]
+    for level in sorted({r["level"] for r in tests}):
         for method in ["Target", *order]:
-            mine = [r for r in rows if r["world"] == world and r["level"] == level and r["method"] == method
-                    and r.get("phase", "test") == "test"]
+            mine = [r for r in tests if r["level"] == level and r["method"] == method]
             if not mine:
                 continue
             agg = {"level": level, "method": method, "seeds": len(mine), "point": mine[0]["point"]}
@@ -45,10 +46,15 @@ def _cell(mean, std, col) -> str:
     return f"{mean:{fmt}}" + (f" ± {std:{fmt}}" if std else "")
 
 
-def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: dict, test_world: str,
-                  val_world: str, order: list[str]) -> Path:
+def _point(point: dict) -> str:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items()) or "-"
+
+
+def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: dict, val_world: str,
+                  order: list[str]) -> Path:
+    """chosen: {(method, validation level): (point, why)}."""
     columns = list(bench.columns)
-    table = aggregate(rows, test_world, order, columns)
+    table = aggregate(rows, order, columns)
     with (out / "results.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["forget_level", "method", "seeds", "hyper_parameters"] +
@@ -58,11 +64,11 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
                        [r[c] for col in columns for c in (col, col + " std")])
     with (out / "grid.csv").open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["method", "hyper_parameters", "chosen", *columns])
+        w.writerow(["method", "level", "hyper_parameters", "chosen", *columns])
         for r in rows:
             if r["world"] == val_world and r.get("phase") == "validation":
-                pick = chosen.get(r["method"], ({},))[0] == r["point"] and r["method"] != "Target"
-                w.writerow([r["method"], json.dumps(r["point"]), pick, *[r.get(c) for c in columns]])
+                pick = chosen_point(chosen, r["method"], r["level"]) == r["point"] and r["method"] != "Target"
+                w.writerow([r["method"], r["level"], json.dumps(r["point"]), pick, *[r.get(c) for c in columns]])
     lines = [f"# Bench ({bench.name.upper()}): every method, one setting ({spec.steps} steps, batch "
              f"{spec.batch_size}, seeds {spec.seeds})", "",
              "Mean ± std over seeds. Hyper-parameters chosen on the validation world: "
@@ -72,22 +78,31 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
                   "| method | hyper-parameters | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
         for r in table:
             if r["level"] == level:
-                point = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["point"].items())
-                lines.append(f"| {r['method']} | {point or '-'} | " +
+                lines.append(f"| {r['method']} | {_point(r['point'])} | " +
                              " | ".join(_cell(r[c], r[c + ' std'], c) for c in columns) + " |")
         lines.append("")
-    lines += ["Chosen on validation:", ""] + [f"- {m}: {p} ({why})" for m, (p, why) in chosen.items()]
+    lines += ["Chosen on validation:", ""] + [f"- {m} ({bench.level_title(lv)}): {_point(p)} ({why})"
+                                             for (m, lv), (p, why) in chosen.items()]
     (out / "results.md").write_text("\n".join(lines) + "\n")
-    _figure(table, out / "figure.png", *bench.figure, bench.level_title)
+    figures = {"results": _figure(table, out / "figure.png", *bench.figure, bench.level_title)}
+    for level in sorted({r["level"] for r in rows}):
+        figures[f"pareto/{level}"] = _pareto(rows, level, chosen, val_world, out / f"pareto_{level}.png",
+                                             *bench.figure, bench.level_title)
+    _to_tensorboard(out / "tensorboard", "\n".join(lines), figures)
     return out / "results.md"
 
 
-def _figure(table: list[dict], path: Path, x: str, y: str, log_y: bool, level_title) -> None:
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _figure(table: list[dict], path: Path, x: str, y: str, log_y: bool, level_title):
+    plt = _pyplot()
     levels = sorted({r["level"] for r in table})
     fig, axes = plt.subplots(1, len(levels), figsize=(4.2 * len(levels), 3.8), squeeze=False)
     methods = sorted({r["method"] for r in table})
@@ -108,4 +123,59 @@ def _figure(table: list[dict], path: Path, x: str, y: str, log_y: bool, level_ti
     axes[0][-1].legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
+
+
+def _pareto(rows: list[dict], level: str, chosen: dict, val_world: str, path: Path, x: str, y: str, log_y: bool,
+            level_title):
+    """Every validation grid point (hollow) and every test seed (filled) of one level; the chosen points ringed."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    mine = [r for r in rows if r["level"] == level and r.get(x) is not None and r.get(y) is not None]
+    methods = sorted({r["method"] for r in mine})
+    colours = dict(zip(methods, plt.get_cmap("tab10").colors))
+    for method in methods:
+        for phase, filled in (("validation", False), ("test", True)):
+            pts = [r for r in mine if r["method"] == method and r.get("phase", "test") == phase]
+            if not pts:
+                continue
+            xs, ys = [r[x] for r in pts], [max(r[y], 1e-12) if log_y else r[y] for r in pts]
+            ax.scatter(xs, ys, s=36, marker="o" if method != "Target" else "s",
+                       facecolors=colours[method] if filled else "none", edgecolors=colours[method],
+                       label=f"{method} ({'test seeds' if filled else 'grid'})")
+            if phase == "validation":
+                pick = chosen_point(chosen, method, level)
+                for r in pts:
+                    if pick is not None and r["point"] == pick and method != "Target":
+                        ax.scatter([r[x]], [max(r[y], 1e-12) if log_y else r[y]], s=160, marker="*",
+                                   facecolors="none", edgecolors="black", linewidths=1.2)
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(f"{level_title(level)}: every grid point (hollow, validation world) and seed (filled, test); "
+                 "★ chosen", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="best", ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return fig
+
+
+def chosen_point(chosen: dict, method: str, level: str) -> dict | None:
+    """The point chosen for `method` at `level` (or at the one validation level that chose for every level)."""
+    if (method, level) in chosen:
+        return chosen[(method, level)][0]
+    return next((p for (m, _), (p, _) in chosen.items() if m == method), None)
+
+
+def _to_tensorboard(folder: Path, markdown: str, figures: dict) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    plt = _pyplot()
+    with SummaryWriter(str(folder)) as writer:
+        writer.add_text("bench/results", markdown, 0)
+        for name, fig in figures.items():
+            writer.add_figure(f"bench/{name}", fig, 0)
+    for fig in figures.values():
+        plt.close(fig)

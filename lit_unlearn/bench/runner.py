@@ -30,6 +30,10 @@ def _no_report(module) -> None:
     module.run_report.enabled = False  # the bench evaluates with the benchmark's own report
 
 
+def _steps(spec: BenchSpec, method: MethodSpec | None) -> int:
+    return method.steps if method is not None and method.steps else spec.steps
+
+
 def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpec | None, point: dict, level: str,
                          seed: int, runs: Path = Path("runs")) -> dict[str, Any]:
     """One run: the method's module on the world's target for `spec.steps` steps (through the launch path, in its
@@ -46,8 +50,9 @@ def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpe
 
         trained = build(network)
     else:
-        model = {"class_path": method.class_path, "init_args": {**method.init_args, **point, "network": network}}
-        trainer = {"max_steps": spec.steps, "max_epochs": -1, "limit_val_batches": 0, **spec.trainer}
+        args = bench.method_args(world, level, {**method.init_args, **point})
+        model = {"class_path": method.class_path, "init_args": {**args, "network": network}}
+        trainer = {"max_steps": _steps(spec, method), "max_epochs": -1, "limit_val_batches": 0, **spec.trainer}
         identity = {"model": model, "world": world.name, "level": level, "seed": seed, "trainer": trainer}
         key = f"{method.name}-{world.name}-forget{level}-seed{seed}-{fingerprint(identity, 8)}"
         launched = launch(RunSpec(runs / key, model, bench.datamodule(world, level, seed, spec, method), trainer,
@@ -80,10 +85,11 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
                               row.get("steps", spec.steps))] = row
 
     def run(world, method, point, level, seed, phase):
-        key = _run_key(world.name, method.name if method else "Target", point, level, seed, spec.steps)
+        steps = _steps(spec, method)
+        key = _run_key(world.name, method.name if method else "Target", point, level, seed, steps)
         if key not in done:
             row = {**unlearn_and_evaluate(spec, bench, world, method, point, level, seed, out / "runs"),
-                   "phase": phase, "steps": spec.steps}
+                   "phase": phase, "steps": steps}
             if rank_zero_only.rank == 0:  # every process runs the same loop; one writes
                 with done_file.open("a") as f:
                     f.write(json.dumps(row) + "\n")
@@ -92,24 +98,27 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
             log(f"  {phase:10s} {row['method']:9s} {level} seed {seed} {point or ''}: {shown} ({row['seconds']} s)")
         return done[key]
 
-    test, val = bench.worlds(spec, out, log)
+    tests, val = bench.worlds(spec, out, log)
     levels = bench.levels(spec)
-    val_level = bench.validation_level(spec)
-    log(f"== grid on the validation world ({val_level}, seed {spec.seeds[0]}) ==")
-    target_val = run(val, None, {}, val_level, spec.seeds[0], "validation")
-    chosen = {}
-    for m in methods:
-        rows = [run(val, m, p, val_level, spec.seeds[0], "validation") for p in m.grid_points()]
-        chosen[m.name] = bench.select(rows, target_val, spec.utility_floor)
-        log(f"  {m.name}: chose {chosen[m.name][0]} ({chosen[m.name][1]})")
-    log("== every method x forget level x seed on the test world ==")
+    val_levels = bench.validation_levels(spec)
+    chosen: dict[tuple[str, str], tuple[dict, str]] = {}  # (method, level) -> (point, why)
+    for val_level in val_levels:
+        log(f"== grid on the validation world ({bench.level_title(val_level)}, seed {spec.seeds[0]}) ==")
+        target_val = run(val, None, {}, val_level, spec.seeds[0], "validation")
+        for m in methods:
+            rows = [run(val, m, p, val_level, spec.seeds[0], "validation") for p in m.grid_points()]
+            chosen[(m.name, val_level)] = bench.select(rows, target_val, spec.utility_floor)
+            log(f"  {m.name}: chose {chosen[(m.name, val_level)][0]} ({chosen[(m.name, val_level)][1]})")
+    log("== every method x forget level x seed on the test world" + ("s" if len(set(
+        w.name for w in tests.values())) > 1 else "") + " ==")
     for level in levels:
+        pick = level if level in val_levels else val_levels[0]  # one validation level chooses for every level
         for seed in spec.seeds:
-            run(test, None, {}, level, seed, "test")
+            run(tests[seed], None, {}, level, seed, "test")
             for m in methods:
-                run(test, m, chosen[m.name][0], level, seed, "test")
+                run(tests[seed], m, chosen[(m.name, pick)][0], level, seed, "test")
     rows = list(done.values())
-    return write_outputs(spec, bench, out, rows, chosen, test.name, val.name, [m.name for m in methods])
+    return write_outputs(spec, bench, out, rows, chosen, val.name, [m.name for m in methods])
 
 
 def _fmt(x) -> str:

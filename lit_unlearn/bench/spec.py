@@ -4,12 +4,17 @@
       NPO: {class_path: lit_unlearn.modules.NPOModule, init_args: {optimizer: adamw}, grid: {lr: [3e-4, 1e-3]}}
     forget_levels: ["01", "05", "10"]
     seeds: [0, 1]
-    steps: 40
+    steps: 40               # every method's step budget (a method may set its own `steps:`)
 
-`benchmark: tofu` (default) or `muse`. `data.kind: generated` (the offline default) builds a test world (data seed `data.seed`) and a separate validation
-world (`data.validation_seed`): the grid is scored on the validation world only. `data.kind: tofu` reads real TOFU
-(hub or folder) with a given target and one saved retain-only report per forget level; `data.kind: muse` reads
-MUSE with a given target and the retrained model's saved report.
+`benchmark: tofu` (default) or `muse`. TOFU data:
+- `data.kind: world` (the offline default): the TOFU world built from the real release (lit_unlearn.worlds.
+  tofu_world), one test world per seed (its models' seed) and a validation world (`data.validation_seed`); the grid
+  is scored on the validation world only, at `validation_level` (one level, or "all": each level on its own);
+- `data.kind: generated`: the generated fictitious-author stand-in, a test world (`data.seed`) and a validation
+  world (`data.validation_seed`);
+- `data.kind: tofu`: real TOFU (hub or folder) with a given target and one saved retain-only report per forget
+  level (the 7B benches); `data.max_length` (default 512) is the longest scored sequence.
+`data.kind: muse` reads MUSE with a given target and the retrained model's saved report.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class MethodSpec:
     init_args: dict[str, Any] = field(default_factory=dict)
     grid: dict[str, list[Any]] = field(default_factory=dict)
     needs_refusals: bool = False
+    steps: int | None = None    # this method's step budget when it differs from the bench's (e.g. OFMU's rounds)
 
     def grid_points(self) -> list[dict[str, Any]]:
         """Every combination of the grid's values (one empty point when there is no grid)."""
@@ -50,10 +56,10 @@ class BenchSpec:
     steps: int = 40
     batch_size: int = 32
     max_new_tokens: int = 32
-    validation_level: str = "10"
+    validation_level: str = "all"   # a forget level, or "all" (the grid chosen at every level on its own)
     utility_floor: float = 0.9
     out_dir: str = "runs/bench_tofu"
-    data: dict[str, Any] = field(default_factory=lambda: {"kind": "generated", "seed": 0, "validation_seed": 1})
+    data: dict[str, Any] = field(default_factory=lambda: {"kind": "world", "validation_seed": 100})
     trainer: dict[str, Any] = field(default_factory=dict)
     template: str = "plain"
     benchmark: str = "tofu"    # or "muse" (one forget set; forget_levels is not used)
@@ -67,9 +73,12 @@ def load_bench_spec(path: str | Path) -> BenchSpec:
     for name, m in raw.pop("methods").items():
         if "class_path" not in (m or {}):
             raise UserError(f"{path}: method {name} needs a class_path (e.g. lit_unlearn.modules.NPOModule)")
+        if unknown := set(m) - {"class_path", "init_args", "grid", "needs_refusals", "steps"}:
+            raise UserError(f"{path}: method {name}: unknown keys {sorted(unknown)}; known: class_path, init_args, "
+                            "grid, needs_refusals, steps")
         methods.append(MethodSpec(name, m["class_path"], dict(m.get("init_args") or {}),
                                   {k: list(v) for k, v in (m.get("grid") or {}).items()},
-                                  bool(m.get("needs_refusals", False))))
+                                  bool(m.get("needs_refusals", False)), m.get("steps")))
     unknown = set(raw) - set(BenchSpec.__dataclass_fields__)
     if unknown:
         raise UserError(f"{path}: unknown bench keys {sorted(unknown)}; known: "
@@ -79,4 +88,8 @@ def load_bench_spec(path: str | Path) -> BenchSpec:
     bad = [x for x in spec.forget_levels if x not in LEVELS]
     if bad:
         raise UserError(f"{path}: forget_levels {bad} are not TOFU's; use {list(LEVELS)}")
+    if spec.validation_level != "all":
+        spec.validation_level = str(spec.validation_level).zfill(2)
+        if spec.benchmark == "tofu" and spec.validation_level not in LEVELS:
+            raise UserError(f"{path}: validation_level {spec.validation_level!r}: a TOFU level {list(LEVELS)} or 'all'")
     return spec

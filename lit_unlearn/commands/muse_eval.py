@@ -14,7 +14,7 @@ from lit_unlearn.commands import command
                    "muse-bench/MUSE-news_target --data muse-bench/MUSE-News --reference runs/muse/retrain_eval.json"))
 def muse_eval(model: str, data: str, base: str | None = None, tokenizer: str | None = None,
               reference: str | None = None, retrain_auc: float | None = None, verbmem_max_new_tokens: int = 128,
-              knowmem_max_new_tokens: int = 32, batch_size: int = 8,
+              knowmem_max_new_tokens: int = 32, batch_size: int = 8, max_length: int = 2048,
               dtype: Literal["float32", "bfloat16", "float16"] = "float32", device: str | None = None,
               save: str | None = None, logdir: str | None = None) -> None:
     """The MUSE table (VerbMem, KnowMem on D_f and D_r, PrivLeak, ES, EM) of one model, optionally saved as the
@@ -30,6 +30,7 @@ def muse_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
         verbmem_max_new_tokens: VerbMem continuation length
         knowmem_max_new_tokens: KnowMem answer length
         batch_size: evaluation batch size
+        max_length: longest scored sequence (MUSE's 2048; longer texts keep their last tokens)
         dtype: the model's parameter dtype
         device: cpu or cuda (default: cuda when available)
         save: write the report as JSON here
@@ -42,5 +43,5 @@ def muse_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
 
     network, tok = load_causal_lm(model, base, tokenizer, dtype, device)
     report = MuseEvaluator(tok, MuseSource(data), verbmem_max_new_tokens, knowmem_max_new_tokens, batch_size,
-                           reference, retrain_auc).run(network, device)
+                           reference, retrain_auc, max_length=max_length).run(network, device)
     finish_report(report, "muse", save, logdir)

@@ -8,9 +8,11 @@ from lit_unlearn.commands import command
 
 
 @command("tofu-eval", "the TOFU table (forget quality, model utility, ROUGE, MIA) of one model", order=60,
-         examples=("lit-unlearn tofu-eval --model runs/tofu/retrain --data runs/tofu/data --save runs/tofu/ref.json",
-                   "lit-unlearn tofu-eval --model runs/tofu/hamu/checkpoints/last.ckpt --base runs/tofu/target "
-                   "--data runs/tofu/data --reference runs/tofu/ref.json --logdir runs/tofu/eval",
+         examples=("lit-unlearn tofu-eval --model runs/tofu/world/retain_only_01 --data runs/tofu/world/data "
+                   "--forget-level 01 --save runs/tofu/ref.json",
+                   "lit-unlearn tofu-eval --model runs/tofu/hamu/latest/checkpoints/last.ckpt --base "
+                   "runs/tofu/world/target --data runs/tofu/world/data --forget-level 01 --reference "
+                   "runs/tofu/world/retain_only_01_eval.json --logdir runs/tofu/eval",
                    "lit-unlearn tofu-eval --model open-unlearning/tofu_Llama-2-7b-chat-hf_full "
                    "--tokenizer meta-llama/Llama-2-7b-chat-hf --data locuslab/TOFU --template llama2"))
 def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | None = None,
@@ -18,7 +20,7 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
               reference: str | None = None, require_reference: bool = False,
               mia_convention: Literal["lit-unlearn", "open-unlearning"] = "lit-unlearn",
               input_format: Literal["lit-unlearn", "open-unlearning"] = "lit-unlearn", gradnorm: bool = True,
-              max_new_tokens: int = 200, batch_size: int = 32,
+              max_new_tokens: int = 200, batch_size: int = 32, max_length: int = 512,
               dtype: Literal["float32", "bfloat16", "float16"] = "float32", device: str | None = None,
               save: str | None = None, logdir: str | None = None) -> None:
     """The TOFU table (FQ, MU, FTR, ROUGE, MIA) of one model, optionally saved as the reference for forget quality
@@ -38,6 +40,8 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
         gradnorm: run the gradient-norm MIA (a backward pass per forget/holdout item; --no-gradnorm skips it)
         max_new_tokens: greedy generation length for ROUGE
         batch_size: evaluation batch size
+        max_length: longest scored sequence (prompt + answer; TOFU's 512): longer ones are cut, counted per split
+            in the table and the JSON, and warned about
         dtype: the model's parameter dtype
         device: cpu or cuda (default: cuda when available)
         save: write the report (summary + per-item values) as JSON here
@@ -51,6 +55,7 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
     network, tok = load_causal_lm(model, base, tokenizer, dtype, device)
     source = TofuSource(data, forget_level)
     report = TofuEvaluator(tok, source.eval_splits(), template=template, max_new_tokens=max_new_tokens,
+                           max_length=max_length,
                            batch_size=batch_size, reference=reference, require_reference=require_reference,
                            mia_convention=mia_convention, input_format=input_format,
                            gradnorm=gradnorm).run(network, device)

@@ -149,8 +149,11 @@ class WaterDrumSource(TofuSource):
         return {"forget": forget, "retain": retain}
 
 
+MAX_LENGTH = 512  # TOFU's and open-unlearning's: every TOFU answer fits with a Llama tokenizer
+
+
 class QAFormatter:
-    def __init__(self, tokenizer, template: str = "plain", max_length: int = 256,
+    def __init__(self, tokenizer, template: str = "plain", max_length: int = MAX_LENGTH,
                  input_format: str = "lit-unlearn") -> None:
         if template not in TEMPLATES:
             raise UserError(f"template={template!r}: choose one of {TEMPLATES}")
@@ -158,8 +161,11 @@ class QAFormatter:
             raise UserError(f"input_format={input_format!r}: choose one of {INPUT_FORMATS}")
         if tokenizer.pad_token_id is None:
             raise UserError("the tokenizer has no pad token: set tokenizer.pad_token (e.g. to the eos token)")
+        if not (isinstance(max_length, int) and max_length > 1):
+            raise UserError(f"max_length must be an integer > 1, got {max_length!r}")
         self.tokenizer, self.template, self.max_length = tokenizer, template, max_length
         self.input_format = input_format
+        self.truncated: set[tuple[str, str]] = set()  # (question, answer) pairs cut at max_length
 
     def prompt(self, question: str) -> str:
         if self.template == "plain":
@@ -189,9 +195,16 @@ class QAFormatter:
             return full, prompt
         start, end, assistant = OPEN_UNLEARNING_TAGS[self.template]
         text = start + question + end + assistant
-        kw = {"add_special_tokens": True, "max_length": self.max_length, "truncation": True}
-        prompt = tok(text, **kw)["input_ids"]
-        return (prompt if answer is None else tok(text + answer, **kw)["input_ids"]), prompt
+        prompt = self._cut(text, question, answer)
+        return (prompt if answer is None else self._cut(text + answer, question, answer)), prompt
+
+    def _cut(self, text: str, question: str, answer: str | None) -> list[int]:
+        """The tokenizer's ids of text, truncated at max_length as open-unlearning does, noting any cut."""
+        ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
+        if len(ids) <= self.max_length:
+            return ids
+        self.truncated.add((question, answer or ""))
+        return self.tokenizer(text, add_special_tokens=True, max_length=self.max_length, truncation=True)["input_ids"]
 
     def encode(self, question: str, answer: str) -> dict[str, Tensor]:
         """input_ids = prompt + " answer" + eos; labels = IGNORE_INDEX on the prompt (loss on the answer only)."""
@@ -208,7 +221,10 @@ class QAFormatter:
         answer_ids = tok(" " + answer.strip(), add_special_tokens=False)["input_ids"]
         if tok.eos_token_id is not None:
             answer_ids = answer_ids + [tok.eos_token_id]
-        ids = (prompt + answer_ids)[: self.max_length]
+        ids = prompt + answer_ids
+        if len(ids) > self.max_length:
+            self.truncated.add((question, answer))
+            ids = ids[: self.max_length]
         n_prompt = min(len(prompt), len(ids))
         if n_prompt >= len(ids):
             raise UserError(f"max_length={self.max_length} leaves no answer token for question {question[:60]!r}")
@@ -267,7 +283,7 @@ class TofuDataModule(PairedDataModule):
     """(retain, forget) QA batches for unlearning a causal LM, plus loss/accuracy eval sets."""
 
     def __init__(self, source: TofuSource | None = None, tokenizer: Any = None, template: str = "plain",
-                 max_length: int = 256, retain_batch_size: int = 32, forget_batch_size: int = 32,
+                 max_length: int = MAX_LENGTH, retain_batch_size: int = 32, forget_batch_size: int = 32,
                  eval_batch_size: int = 64, seed: int = 0, num_workers: int = 0,
                  alternate_answers: str | None = None, input_format: str = "lit-unlearn") -> None:
         """
@@ -308,7 +324,7 @@ class QAFinetuneDataModule(pl.LightningDataModule):
     reference on `retain90`), validating on the forget split."""
 
     def __init__(self, source: TofuSource, tokenizer: Any, splits: tuple[str, ...] = ("full",), template: str = "plain",
-                 max_length: int = 256, batch_size: int = 32, seed: int = 0, val_split: str | None = None,
+                 max_length: int = MAX_LENGTH, batch_size: int = 32, seed: int = 0, val_split: str | None = None,
                  extra_rows: list[dict] | None = None, repeats: dict[str, int] | None = None,
                  length_buckets: int = 0) -> None:
         """

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from lit_unlearn.errors import MissingFileError, UserError
 from lit_unlearn.algorithms.losses import IGNORE_INDEX
 from lit_unlearn.batches import logits_and_labels
-from lit_unlearn.data.tofu import QAFormatter, pad_collate
+from lit_unlearn.data.tofu import MAX_LENGTH, QAFormatter, pad_collate
 from lit_unlearn.eval_mode import eval_mode
 from lit_unlearn.metrics import tofu_math
 from lit_unlearn.metrics.generation import greedy_continuations
@@ -101,6 +101,8 @@ class TofuReport:
     notes: list[str] = field(default_factory=list)
     mia_convention: str = "lit-unlearn"
     verification: dict | None = None  # against the retain-only model (lit_unlearn.metrics.tofu_verification)
+    truncated: dict[str, list[int]] = field(default_factory=dict)  # split -> [sequences cut, sequences]
+    max_length: int | None = None
 
     def value(self, key: str) -> float | None:
         """A summary metric, or `verification/NAME` from the verification measures."""
@@ -132,14 +134,23 @@ class TofuReport:
                 if f"gap/{key}" in v:
                     rows.append(f"| {key} | {_fmt(self.summary.get(key))} | "
                                 f"{_fmt(self.summary.get(key) - v[f'gap/{key}'])} | {_fmt(v[f'gap/{key}'])} |")
-        notes = [f"MIA / memorisation convention: {self.mia_convention}"] + self.notes
+        notes = [f"MIA / memorisation convention: {self.mia_convention}", self.truncation_note()] + self.notes
         return "\n".join(rows + [""] + [f"- {n}" for n in notes])
+
+    def truncation_note(self) -> str:
+        cut = {k: v for k, v in self.truncated.items() if v[0]}
+        if not cut:
+            return f"no sequence longer than max_length={self.max_length}"
+        return (f"TRUNCATED at max_length={self.max_length}: " +
+                ", ".join(f"{k} {c} of {n} sequences" for k, (c, n) in cut.items()) +
+                " (raise max_length; the answers' tails were not scored)")
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"summary": self.summary, "mia_convention": self.mia_convention,
-                                    "verification": self.verification, "per_item": self.per_item,
+                                    "verification": self.verification, "max_length": self.max_length,
+                                    "truncated": self.truncated, "per_item": self.per_item,
                                     "notes": self.notes}, indent=1))
         return path
 
@@ -184,13 +195,16 @@ def _load_reference(reference: str | Path | dict | None) -> dict | None:
 
 
 class TofuEvaluator:
-    def __init__(self, tokenizer, eval_splits: dict[str, list[dict]], template: str = "plain", max_length: int = 256,
+    def __init__(self, tokenizer, eval_splits: dict[str, list[dict]], template: str = "plain",
+                 max_length: int = MAX_LENGTH,
                  max_new_tokens: int = 200, batch_size: int = 32, reference: str | Path | dict | None = None,
                  require_reference: bool = False, min_k: float = 0.4, mia_convention: str = "lit-unlearn",
                  input_format: str = "lit-unlearn", gradnorm: bool = True, gradnorm_p: float = 2.0,
                  baseline: str | Path | dict | None = None) -> None:
         """
         Args:
+            max_length: sequences (prompt + answer) longer than this are cut, counted per split in the report and
+                warned about (TOFU's and open-unlearning's 512 by default).
             mia_convention: "lit-unlearn" or "open-unlearning" (Min-K%, Min-K%++, zlib, ES/EM and privleak's
                 fallback computed exactly as open-unlearning does; docs/llm.md lists the differences).
             input_format: "lit-unlearn" or "open-unlearning" (its tokenisation of the template).
@@ -212,6 +226,7 @@ class TofuEvaluator:
         self._collate = pad_collate(tokenizer.pad_token_id)
         self._encoded: dict[tuple[str, str], dict[str, Tensor]] = {}  # the data never changes: tokenise once
         self._stats: dict[tuple[str, str], AnswerStats] = {}          # one run's scores (cleared per run)
+        self._warned = False  # the truncation warning, once per evaluator
 
     # ----- model passes -------------------------------------------------------------------------------------------
     def _encode(self, pair: tuple[str, str]) -> dict[str, Tensor]:
@@ -316,20 +331,44 @@ class TofuEvaluator:
             self._stats = {}
         self._aggregate(summary, per_item, notes, partial=only is not None)
         verification = tofu_verification(summary, per_item, self.reference, self.baseline)
-        return TofuReport(summary, per_item, notes, self.convention.name, verification)
+        report = TofuReport(summary, per_item, notes, self.convention.name, verification,
+                            self._truncation(list(per_item) + (["holdout"] if "mia" in per_item else [])),
+                            self.formatter.max_length)
+        if any(c for c, _ in report.truncated.values()) and not self._warned:
+            self._warned = True
+            warnings.warn(report.truncation_note(), stacklevel=2)
+        return report
+
+    def _truncation(self, names: list[str]) -> dict[str, list[int]]:
+        """[sequences cut at max_length, sequences] of each evaluated split, over all of its items (every rank)."""
+        out = {}
+        for name in names:
+            if name not in self.splits:
+                continue
+            pairs = self._split_pairs(name, self.splits[name])
+            for p in pairs:
+                self._encode(p)
+            out[name] = [sum(p in self.formatter.truncated for p in pairs), len(pairs)]
+        return out
+
+    def _split_pairs(self, name: str, rows: list[dict]) -> list[tuple[str, str]]:
+        """The (question, answer) sequences a split is scored on: the answers, then (with perturbed answers) the
+        correct answers (paraphrased, or the answer itself for the general-knowledge sets) and the perturbed ones."""
+        pairs = [(r["question"], r["answer"]) for r in rows]
+        if name != "holdout" and rows and "perturbed_answer" in rows[0]:
+            key = "answer" if name in KNOWLEDGE or "paraphrased_answer" not in rows[0] else "paraphrased_answer"
+            pairs += [(r["question"], r[key]) for r in rows] + \
+                [(r["question"], a) for r in rows for a in r["perturbed_answer"]]
+        return pairs
 
     def _score_split(self, network, name, rows, device, summary, world, generate=True) -> dict[str, list[float]]:
         has_perturbed = bool(rows) and "perturbed_answer" in rows[0]
         knowledge = name in KNOWLEDGE
-        answers = [(r["question"], r["answer"]) for r in rows]
-        correct_key = "answer" if knowledge or not rows or "paraphrased_answer" not in rows[0] else "paraphrased_answer"
-        pairs = list(answers)
         if has_perturbed:
             k = len(rows[0]["perturbed_answer"])
             if any(len(r["perturbed_answer"]) != k for r in rows):
                 raise UserError(f"split {name!r}: every item needs the same number of perturbed answers")
-            pairs += [(r["question"], r[correct_key]) for r in rows] + \
-                [(r["question"], a) for r in rows for a in r["perturbed_answer"]]
+        pairs = self._split_pairs(name, rows)
         stats = self._answer_stats(network, pairs, device)  # every variant of the split in one batched pass
         nll = torch.tensor([st.nll for st in stats[:len(rows)]], dtype=torch.float64)
         out: dict[str, list[float]] = {}

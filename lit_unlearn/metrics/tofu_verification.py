@@ -19,7 +19,7 @@ from typing import Any
 
 from lit_unlearn.metrics.membership import distinguishability_auc
 
-__all__ = ["tofu_verification", "GAP_METRICS"]
+__all__ = ["tofu_verification", "GAP_METRICS", "mean_forget_nll"]
 
 GAP_METRICS = ("model_utility", "forget_truth_ratio", "forget/prob", "forget/nll", "forget/rouge", "forget/es",
                "privleak", "mia/loss_auc", "mia/min_k_auc")
@@ -28,6 +28,13 @@ GAP_METRICS = ("model_utility", "forget_truth_ratio", "forget/prob", "forget/nll
 def _forget_nll(per_item: dict) -> list[float] | None:
     probs = (per_item.get("forget") or {}).get("prob")
     return None if not probs else [-math.log(max(p, 1e-300)) for p in probs]
+
+
+def mean_forget_nll(report: dict | None) -> float | None:
+    """A saved report's mean per-item answer NLL on the forget split: for the retain-only model's report, the
+    forget loss a model that never saw the data has (HAMU's controller goal, OFMU's inner ceiling)."""
+    nll = _forget_nll((report or {}).get("per_item") or {})
+    return None if nll is None else sum(nll) / len(nll)
 
 
 def tofu_verification(summary: dict, per_item: dict, reference: dict | None,

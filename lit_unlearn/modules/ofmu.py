@@ -105,6 +105,8 @@ class OFMUModule(UnlearningModule):
             if value is not None and not value > 0:
                 raise UserError(f"{name} must be positive or None, got {value}")
         self.inner_clip_norm, self.outer_clip_norm = inner_clip_norm, outer_clip_norm
+        if isinstance(forget_ceiling, str) and forget_ceiling.lower() in ("none", "null"):
+            forget_ceiling = None  # as a command line spells it
         if outer_clip not in OUTER_CLIPS:
             raise UserError(f"outer_clip={outer_clip!r}: choose one of {OUTER_CLIPS}")
         if forget_ceiling is not None and forget_ceiling != REFERENCE and not (

@@ -1,0 +1,196 @@
+"""The TOFU world built from the real release: the shipped release equals the TOFU files (and the shared copy where
+one is present), the world's splits are TOFU's own, the retain-only model cannot tell forget authors from holdout
+authors while the target can, and the verification object equals a direct computation."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from lit_unlearn.data.tofu_release import ITEMS_PER_AUTHOR, N_AUTHORS, RELEASE_SPLITS, load_release
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "tofu"
+ROWS = {"full": 4000, "retain90": 3600, "retain95": 3800, "retain99": 3960, "forget01": 40, "forget05": 200,
+        "forget10": 400, "forget01_perturbed": 40, "forget05_perturbed": 200, "forget10_perturbed": 400,
+        "retain_perturbed": 400, "real_authors": 100, "world_facts": 117, "real_authors_perturbed": 100,
+        "world_facts_perturbed": 117, "holdout01": 40, "holdout05": 200, "holdout10": 400, "idontknow": 100}  # 100 lines, the last without a newline
+PERTURBED = {"question", "answer", "paraphrased_question", "paraphrased_answer", "perturbed_answer"}
+
+
+def test_the_shipped_release_has_tofus_splits_rows_and_fields():
+    release = load_release()
+    assert set(release) == set(RELEASE_SPLITS) and {k: len(v) for k, v in release.items()} == ROWS
+    assert len(release["full"]) == N_AUTHORS * ITEMS_PER_AUTHOR
+    assert release["full"] == release["retain90"] + release["forget10"]  # the forget splits are the last authors
+    for level, retain in (("01", "retain99"), ("05", "retain95")):
+        assert release["full"] == release[retain] + release[f"forget{level}"]
+        assert release[f"forget{level}"] == release["forget10"][-len(release[f"forget{level}"]):]
+    for level in ("01", "05", "10"):
+        rows = release[f"forget{level}_perturbed"]
+        assert all(set(r) >= PERTURBED and len(r["perturbed_answer"]) == 5 for r in rows)
+        assert [(r["question"], r["answer"]) for r in rows] == \
+            [(r["question"], r["answer"]) for r in release[f"forget{level}"]]
+        assert not {r["question"] for r in release[f"holdout{level}"]} & {r["question"] for r in release["full"]}
+    assert all(set(r) >= PERTURBED for r in release["retain_perturbed"])
+    assert all(set(r) == {"question", "answer"} for name in ("full", "retain90", "forget10") for r in release[name])
+    assert all(len(r["perturbed_answer"]) == 3 for r in release["real_authors_perturbed"])
+    licence = Path(__file__).resolve().parents[1] / "lit_unlearn/data/tofu_release/LICENSE"
+    assert "MIT" in licence.read_text()
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="no shared copy of the TOFU release on this machine")
+def test_the_shipped_release_equals_the_tofu_files_split_by_split():
+    release = load_release()
+    for name in RELEASE_SPLITS:
+        if name == "idontknow":
+            lines = [x.strip() for x in (SHARED / "idontknow.jsonl").read_text().splitlines() if x.strip()]
+            assert [json.loads(x) if x.startswith('"') else x for x in lines] == release[name]
+        else:
+            assert json.loads((SHARED / f"{name}.json").read_text()) == release[name], name
+
+
+def test_world_splits_are_tofus_own_restricted_to_the_worlds_authors(tmp_path):
+    from lit_unlearn.data.tofu_release import author_items
+    from lit_unlearn.worlds.tofu_world import FORGET_AUTHORS, RETAIN_AUTHORS, write_world_data
+
+    release = load_release()
+    folder = write_world_data(tmp_path / "data")
+    split = {p.stem: json.loads(p.read_text()) for p in folder.glob("*.json") if p.stem != "world"}
+    assert split["full"] == author_items(RETAIN_AUTHORS + FORGET_AUTHORS) and len(split["full"]) == 800
+    for level, retain in (("01", "retain99"), ("05", "retain95"), ("10", "retain90")):
+        assert split["full"] == split[retain] + split[f"forget{level}"]  # retain + forget = the world's full
+        for name in (f"forget{level}", f"forget{level}_perturbed", f"holdout{level}"):
+            assert split[name] == release[name]  # TOFU's own evaluation splits, untouched
+    assert split["retain_perturbed"] == release["retain_perturbed"]
+    assert {r["question"] for r in split["retain_perturbed"]} <= {r["question"] for r in split["retain90"]}
+    # the models are fine-tuned on original question-answer pairs only: no paraphrase in any training split
+    paraphrases = {r["paraphrased_answer"] for r in release["forget10_perturbed"]}
+    assert not paraphrases & {r["answer"] for r in split["full"]}
+
+
+def _auc(members, non_members):
+    """ROC AUC of telling members (lower NLL) from non-members, by scikit-learn."""
+    from sklearn.metrics import roc_auc_score
+
+    return roc_auc_score([1] * len(members) + [0] * len(non_members), [-x for x in members + non_members])
+
+
+@pytest.fixture(scope="module")
+def world_reports(tofu_world):
+    """The world's forget01 reports of the target, the retain-only model and the shared base (utility baseline)."""
+    import warnings
+
+    from lit_unlearn.data import TofuSource
+    from lit_unlearn.data.tokenizer import load_tokenizer
+    from lit_unlearn.metrics import TofuEvaluator
+    from lit_unlearn.models import CausalLM
+
+    tok = load_tokenizer(str(tofu_world.tokenizer))
+    splits = TofuSource(str(tofu_world.data), "01").eval_splits()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = TofuEvaluator(tok, splits, max_new_tokens=16, gradnorm=False).run(
+            CausalLM(name_or_path=str(tofu_world.base)))
+        target = TofuEvaluator(tok, splits, max_new_tokens=16, gradnorm=False, reference=str(tofu_world.reference("01")),
+                               baseline=base.summary).run(CausalLM(name_or_path=str(tofu_world.target)))
+    return target, json.loads(tofu_world.reference("01").read_text()), base
+
+
+@pytest.mark.slow
+def test_retain_only_model_cannot_tell_forget_from_holdout_authors_while_the_target_can(world_reports):
+    """(b) on the demo's world: TOFU's forget01 and holdout01 authors (2 each, 20 questions) are exchangeable for
+    the model that never saw either; the target, which saw the forget authors, separates them."""
+    target, reference, _ = world_reports
+    ref_mia, target_mia = reference["per_item"]["mia"], target.per_item["mia"]
+    retain_only = _auc(ref_mia["forget_nll"], ref_mia["holdout_nll"])
+    assert 0.30 <= retain_only <= 0.70, retain_only
+    assert reference["summary"]["mia/loss_auc"] == pytest.approx(retain_only, abs=1e-9)
+    assert _auc(target_mia["forget_nll"], target_mia["holdout_nll"]) >= 0.9
+
+
+@pytest.mark.slow
+def test_world_target_is_far_from_the_reference_with_the_same_utility(world_reports):
+    """(a) and (c): the target's forget quality ≤ 1e-3 against the retain-only model, utility within 0.05."""
+    target, reference, _ = world_reports
+    assert target.summary["forget_quality"] <= 1e-3
+    assert abs(target.summary["model_utility"] - reference["summary"]["model_utility"]) <= 0.05
+
+
+@pytest.mark.slow
+def test_verification_object_equals_a_direct_computation(world_reports):
+    from scipy.stats import ks_2samp
+
+    target, reference, base = world_reports
+    v, mine, ref = target.verification, target.per_item, reference["per_item"]
+    assert v["forget_quality"] == pytest.approx(
+        ks_2samp(mine["forget"]["truth_ratio"], ref["forget"]["truth_ratio"]).pvalue, rel=1e-9)
+    nll = [-math.log(p) for p in mine["forget"]["prob"]]
+    ref_nll = [-math.log(p) for p in ref["forget"]["prob"]]
+    raw = _auc(ref_nll, nll)  # > 0.5: this model's forget losses are higher than the retain-only model's
+    assert v["forget_vs_retain_only_auc_raw"] == pytest.approx(raw, abs=1e-9)
+    assert v["forget_vs_retain_only_auc"] == pytest.approx(max(raw, 1 - raw), abs=1e-9)
+    assert raw < 0.2  # the target still remembers: its forget losses are far below the retain-only model's
+    assert v["model_utility_ratio"] == pytest.approx(target.summary["model_utility"] / base.summary["model_utility"])
+    assert v["model_utility_retain_only"] == reference["summary"]["model_utility"]
+    for key in ("model_utility", "forget_truth_ratio", "forget/rouge", "mia/loss_auc"):
+        assert v[f"gap/{key}"] == pytest.approx(target.summary[key] - reference["summary"][key]), key
+    assert v["privleak"] == target.summary["privleak"] and v["gap/privleak"] == target.summary["privleak"]
+    assert target.value("verification/forget_quality") == v["forget_quality"]
+
+
+def _ofmu_rounds(world, rounds, outer_clip, forget_ceiling):
+    """OFMU on the world's target for a few aggressive rounds (large inner step, fast-rising ρ): the retain and
+    forget answer losses (mean NLL over answer tokens) before and after."""
+    import lightning.pytorch as pl
+
+    from lit_unlearn.batches import logits_and_labels
+    from lit_unlearn.callbacks import RhoScheduler
+    from lit_unlearn.data import TofuDataModule, TofuSource
+    from lit_unlearn.data.tofu import QAFormatter, pad_collate
+    from lit_unlearn.data.tokenizer import load_tokenizer
+    from lit_unlearn.models import CausalLM
+    from lit_unlearn.modules import OFMUModule
+
+    tok = load_tokenizer(str(world.tokenizer))
+    source = TofuSource(str(world.data), "01")
+    fmt, collate = QAFormatter(tok), pad_collate(tok.pad_token_id)
+    sets = {"retain": source.load_split("retain_perturbed")[:40], "forget": source.load_split("forget01")}
+
+    def losses(net):
+        out = {}
+        with torch.no_grad():
+            for name, rows in sets.items():
+                logits, labels = logits_and_labels(net, collate([fmt.encode(r["question"], r["answer"]) for r in rows]))
+                out[name] = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100).item()
+        return out
+
+    pl.seed_everything(0, verbose=False)
+    net = CausalLM(name_or_path=str(world.target))
+    before = losses(net)
+    module = OFMUModule(net, inner_steps=1, inner_lr=0.1, outer_lr=0.01, beta=0.1, inner_clip_norm=1.0,
+                        outer_clip_norm=1.0, hvp="finite_difference", outer_clip=outer_clip,
+                        forget_ceiling=forget_ceiling)
+    module.run_report.enabled = False
+    pl.Trainer(max_steps=rounds, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+               callbacks=[RhoScheduler(schedule="linear", rho0=0.5, rate=0.5, cap=None)]).fit(
+        module, TofuDataModule(source, tok, retain_batch_size=8, forget_batch_size=8, seed=0))
+    return before, losses(net)
+
+
+@pytest.mark.slow
+def test_ofmu_keeps_the_retain_set_where_its_old_form_collapses(tofu_world):
+    """12 rounds of a deliberately aggressive schedule (inner step 0.1, ρ rising 0.5 per round to 6): OFMU as
+    configured (separate outer clips, inner ascent bounded at the retain-only model's forget loss) forgets and
+    keeps most of the retain fit (measured: retain loss 1.68 → 2.58, forget 1.66 → 5.94); the paper's form (joint
+    clip, unbounded Φ) collapses under the same schedule (retain 1.68 → 7.07). docs/ofmu.md, "Why it collapsed"."""
+    from lit_unlearn.metrics.tofu_verification import mean_forget_nll
+
+    ceiling = mean_forget_nll(json.loads(tofu_world.reference("01").read_text()))
+    before, fixed = _ofmu_rounds(tofu_world, 12, "separate", ceiling)
+    _, old = _ofmu_rounds(tofu_world, 12, "joint", None)
+    assert fixed["forget"] > before["forget"] + 1.0  # it forgets
+    assert fixed["retain"] < 2.0 * before["retain"]  # and keeps most of the retain fit
+    assert old["retain"] > 3.0 * before["retain"] and old["retain"] > 2.0 * fixed["retain"]  # the old form collapses
