@@ -227,6 +227,7 @@ class TofuEvaluator:
         self._encoded: dict[tuple[str, str], dict[str, Tensor]] = {}  # the data never changes: tokenise once
         self._stats: dict[tuple[str, str], AnswerStats] = {}          # one run's scores (cleared per run)
         self._warned = False  # the truncation warning, once per evaluator
+        self._truncated: dict[str, list[int]] = {}  # split -> [sequences cut, sequences]
 
     # ----- model passes -------------------------------------------------------------------------------------------
     def _encode(self, pair: tuple[str, str]) -> dict[str, Tensor]:
@@ -341,15 +342,13 @@ class TofuEvaluator:
 
     def _truncation(self, names: list[str]) -> dict[str, list[int]]:
         """[sequences cut at max_length, sequences] of each evaluated split, over all of its items (every rank)."""
-        out = {}
-        for name in names:
-            if name not in self.splits:
-                continue
-            pairs = self._split_pairs(name, self.splits[name])
-            for p in pairs:
-                self._encode(p)
-            out[name] = [sum(p in self.formatter.truncated for p in pairs), len(pairs)]
-        return out
+        for name in names:  # the data never changes: counted once per split, read back on later runs
+            if name in self.splits and name not in self._truncated:
+                pairs = self._split_pairs(name, self.splits[name])
+                for p in pairs:
+                    self._encode(p)
+                self._truncated[name] = [sum(p in self.formatter.truncated for p in pairs), len(pairs)]
+        return {name: list(self._truncated[name]) for name in names if name in self._truncated}
 
     def _split_pairs(self, name: str, rows: list[dict]) -> list[tuple[str, str]]:
         """The (question, answer) sequences a split is scored on: the answers, then (with perturbed answers) the
