@@ -8,9 +8,12 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 sys.path.insert(0, str(TESTS))
 
-# Keep the 2-core machines responsive when tests spawn subprocesses; with two test workers (pytest -n 2), one
-# thread each.
-os.environ.setdefault("OMP_NUM_THREADS", "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2")
+# One compute thread per process, forced (not a default a parent may have set): two test workers share two cores,
+# and every CLI, DDP and DeepSpeed process they start inherits this environment. Idle OpenMP threads spin, so
+# 2 threads per process on a loaded 2-core machine triple wall time. Assets built before the workers start
+# (pytest_configure) get both cores explicitly.
+for _key, _value in (("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1"), ("TOKENIZERS_PARALLELISM", "false")):
+    os.environ[_key] = _value
 
 
 def shared_folder(tmp_path_factory, name):
@@ -23,6 +26,9 @@ def shared_folder(tmp_path_factory, name):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end runs (CLI subprocesses, kill/resume); CI runs them too")
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
