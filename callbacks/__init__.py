@@ -2,7 +2,9 @@
 
 from lit_unlearn.callbacks.final_checkpoint import FinalCheckpoint
 from lit_unlearn.callbacks.forgetting_verification import ForgettingVerification
+from lit_unlearn.callbacks.holdout_verification import HoldoutVerification
 from lit_unlearn.callbacks.kappa_early_stopping import KappaEarlyStopping
+from lit_unlearn.callbacks.metric_source import MetricSource
 from lit_unlearn.callbacks.muse_evaluation import MuseEvaluation
 from lit_unlearn.callbacks.quota_controller import QuotaController
 from lit_unlearn.callbacks.report_evaluation import ReportEvaluation
@@ -11,5 +13,6 @@ from lit_unlearn.callbacks.stop_at_target import StopAtTarget
 from lit_unlearn.callbacks.tofu_evaluation import TofuEvaluation
 from lit_unlearn.callbacks.trajectory_recorder import TrajectoryRecorder
 
-__all__ = ["FinalCheckpoint", "ForgettingVerification", "KappaEarlyStopping", "MuseEvaluation", "QuotaController",
-           "ReportEvaluation", "RhoScheduler", "StopAtTarget", "TofuEvaluation", "TrajectoryRecorder"]
+__all__ = ["FinalCheckpoint", "ForgettingVerification", "HoldoutVerification", "KappaEarlyStopping", "MetricSource",
+           "MuseEvaluation", "QuotaController", "ReportEvaluation", "RhoScheduler", "StopAtTarget", "TofuEvaluation",
+           "TrajectoryRecorder"]

@@ -50,7 +50,7 @@ class ForgettingVerification(Callback):
         self.before: dict[str, float] | None = None
         self.after: dict[str, float] | None = None
 
-    # ----- the metric-source protocol (read by StopAtTarget) ---------------------------------------------------------
+    # ----- lit_unlearn.callbacks.metric_source.MetricSource (read by StopAtTarget) -------------------------------------
     @property
     def has_reference(self) -> bool:
         return self.reference is not None
@@ -61,9 +61,13 @@ class ForgettingVerification(Callback):
     def reference_values(self) -> dict[str, float] | None:
         return None if self.reference_measures is None else dict(self.reference_measures.scalars)
 
-    def reference_forget_loss(self) -> float | None:
+    def forget_loss_goal(self, trainer, pl_module) -> float | None:
+        """The retrained model's mean forget loss."""
         ref = self.reference_values()
         return None if ref is None else ref.get("forget_loss")
+
+    def wants_more_forgetting(self) -> bool | None:
+        return None
 
     def target_values(self, trainer, pl_module, names=None) -> dict[str, float]:
         self._ensure_reference_measured(pl_module)

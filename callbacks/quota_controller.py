@@ -7,11 +7,13 @@ size η_t ≤ η, so that HAMU's predicted gain is exactly p_t (`lit_unlearn.alg
 - while p_t needs more than retain descent alone gives, η stays and Q_t ≤ max_fraction × the feasibility limit;
 - when even Q = 0 forgets faster (κ < 0: retain descent itself raises the forget loss), Q_t = 0 and η_t shrinks.
 
-L_f is the step's forget-batch loss; L* the goal: the retrained model's mean forget loss for a retrain-relative
-target, or what an absolute target on the forget loss implies. With `escalate` > 0 the goal is raised by that
-factor at each evaluation of the stop target that finds it unmet while the loss is at the goal
-(lit_unlearn.algorithms.quota.escalated_goal): for targets the forget loss only approximates, such as TOFU's forget
-quality on truth ratios. Logged every step: `control/goal`, `control/distance`, `control/wanted_gain`,
+L_f is the step's forget-batch loss; L* the goal, from the run's stop target: without a retrained model, the
+current model's mean NLL on the holdout items of the steering half (HoldoutVerification: re-read after every look,
+since it moves with the model); against a gold-standard reference, that model's mean forget loss; or what an
+absolute target on the forget loss implies. With `escalate` > 0 the goal is multiplied by (1 + escalate) at each
+look that finds the target unmet while the loss is at the goal (lit_unlearn.algorithms.quota.escalated_goal) and the
+source does not say the model over-forgot: for targets the mean forget loss only approximates (attacks that read
+every token, TOFU's truth ratios). Logged every step: `control/goal`, `control/distance`, `control/wanted_gain`,
 `control/quota_limit`, `control/eta`, and HAMU's `hamu/quota` (Q_t).
 """
 
@@ -34,8 +36,8 @@ class QuotaController(Callback):
         Args:
             horizon: H, the steps over which the remaining distance is spread (larger: slower, gentler approach).
             max_fraction: never ask more than this fraction of the largest feasible quota.
-            goal: the mean forget loss to steer to; None takes it from the run's StopAtTarget (the retrained
-                model's mean forget loss, or the forget loss an absolute target implies).
+            goal: the mean forget loss to steer to; None takes it from the run's StopAtTarget (its metric
+                source's goal, or the forget loss an absolute target implies).
             escalate: raise the goal by this factor (0.25: +25 %) at each evaluation of the stop target that finds
                 it unmet while the mean forget loss since the previous evaluation is at least `reach` × the goal
                 (0: never).
@@ -49,6 +51,9 @@ class QuotaController(Callback):
             raise UserError(f"QuotaController: escalate must be ≥ 0 and reach in (0, 1], got {escalate}, {reach}")
         self.horizon, self.max_fraction, self.goal = float(horizon), float(max_fraction), goal
         self.escalate, self.reach = float(escalate), float(reach)
+        self.fixed = goal is not None
+        self.base_goal = goal            # the source's goal at its last look (or the one given)
+        self.factor = 1.0                # the escalation so far: goal = base_goal × factor
         self.last: dict[str, float] = {}
         self.recent: list[float] = []  # forget losses since the stop target's last evaluation
         self.seen_evaluations = 0
@@ -74,9 +79,10 @@ class QuotaController(Callback):
             goal = self._stopper.loss_goal(self._trainer, pl_module)
             if goal is None:
                 raise UserError(f"the target {self._stopper.text!r} implies no forget-loss goal for the "
-                                "QuotaController (it needs a retrained reference, or a target on delta_forget_loss "
-                                "/ forget_loss): give QuotaController(goal=...)")
-            self.goal = float(goal)
+                                "QuotaController (it needs HoldoutVerification, a retrained reference, or a target on "
+                                "delta_forget_loss / forget_loss): give QuotaController(goal=...)")
+            self.base_goal = float(goal)
+            self.goal = self.base_goal * self.factor
         return self.goal
 
     def quota(self, request) -> tuple[float, float]:
@@ -94,15 +100,24 @@ class QuotaController(Callback):
             pl_module.log_dict({f"control/{k}": float(v) for k, v in self.last.items() if k != "step"},
                                on_step=True, on_epoch=False)
         history = getattr(self._stopper, "history", None) or []
-        if self.escalate and self.goal is not None and len(history) > self.seen_evaluations:
+        if self.goal is not None and len(history) > self.seen_evaluations:
             self.seen_evaluations = len(history)  # the stop target was just evaluated (it runs before us)
-            self.goal = escalated_goal(self.goal, self.recent, bool(history[-1]["met"]), self.escalate, self.reach)
+            if not self.fixed:  # a goal measured on the current model moves with it
+                base = self._stopper.loss_goal(trainer, pl_module)
+                self.base_goal = self.base_goal if base is None else float(base)
+            over_forgot = self._stopper.wants_more_forgetting() is False
+            if self.escalate and not over_forgot and escalated_goal(
+                    self.goal, self.recent, bool(history[-1]["met"]), self.escalate, self.reach) != self.goal:
+                self.factor *= 1.0 + self.escalate
+            self.goal = self.base_goal * self.factor
             self.recent = []
 
     def state_dict(self) -> dict[str, Any]:
-        return {"goal": self.goal, "last": self.last, "recent": self.recent, "seen_evaluations": self.seen_evaluations}
+        return {"goal": self.goal, "base_goal": self.base_goal, "factor": self.factor, "last": self.last,
+                "recent": self.recent, "seen_evaluations": self.seen_evaluations}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.goal, self.last = state_dict["goal"], dict(state_dict["last"])
+        self.base_goal, self.factor = state_dict.get("base_goal", self.goal), state_dict.get("factor", 1.0)
         self.recent = list(state_dict.get("recent", []))
         self.seen_evaluations = int(state_dict.get("seen_evaluations", 0))

@@ -48,13 +48,14 @@ class ReportEvaluation(Callback):
         return self.publish(trainer, self._get_evaluator(trainer).run(pl_module.network, pl_module.device), tag)
 
     def publish(self, trainer, report, tag: str):
-        """Log a report (`{kind}/...` scalars, and `verify/...` for its verification measures if it has them),
+        """Log a report (`{kind}/...` scalars, and `gold_standard/...` for its measures against a retain-only model's
+        report if it has them),
         write `{kind}_{tag}.{md,json}` and print its table."""
         self.last_report = report
         folder = trainer.log_dir or trainer.default_root_dir  # a collective under DDP: every rank asks
         if trainer.is_global_zero:
             scalars = {f"{self.kind}/{k}": v for k, v in report.summary.items() if v is not None}
-            scalars.update({f"verify/{k}": v for k, v in (getattr(report, "verification", None) or {}).items()
+            scalars.update({f"gold_standard/{k}": v for k, v in (getattr(report, "verification", None) or {}).items()
                             if isinstance(v, (int, float)) and v is not None})
             for logger in trainer.loggers:
                 logger.log_metrics(scalars, step=trainer.global_step)

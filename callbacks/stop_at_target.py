@@ -84,14 +84,17 @@ class StopAtTarget(Callback):
             raise UserError("StopAtTarget keeps the closest weights as a copy of the module's parameters, which "
                             "DeepSpeed ZeRO partitions (and keeps a separate fp32 master copy of): not supported yet. "
                             "Run the target stop with one process, DDP or LoRA + DDP")
+        from lit_unlearn.callbacks.metric_source import metric_sources
+
         kind = self.target.info.kind
         metrics = [t.metric for t in self.targets]
-        sources = [cb for cb in trainer.callbacks if cb is not self and hasattr(cb, "available")
-                   and hasattr(cb, "target_values") and getattr(cb, "kind", None) == kind]
-        usable = [cb for cb in sources if all(cb.available(m) for m in metrics)]
+        usable = [cb for cb in metric_sources(trainer.callbacks, kind) if all(cb.available(m) for m in metrics)]
         needs_reference = any(t.needs_reference for t in self.targets)
+        special = sorted({t.info.source for t in self.targets if t.info.source})
         if usable:
             self.source = usable[0]
+        elif special:
+            raise UserError(f"target {self.text!r} is measured by {' and '.join(special)}: add it to trainer.callbacks")
         elif needs_reference:
             what = "lit_unlearn.callbacks.ForgettingVerification (a retrained reference)" if kind == "classifier" \
                 else "lit_unlearn.callbacks.TofuEvaluation with reference=<the retain-only model's report>"
@@ -143,14 +146,20 @@ class StopAtTarget(Callback):
         return row
 
     def loss_goal(self, trainer, pl_module) -> float | None:
-        """The mean forget loss this target points to (for HAMU's quota controller), or None if it has none."""
+        """The mean forget loss this target points to (for HAMU's quota controller), or None if it has none: what
+        an absolute target on the forget loss implies, else the metric source's goal (re-read after every look:
+        a holdout-based goal moves with the model)."""
         for t in self.targets:
             if t.metric == "delta_forget_loss" and not t.is_band:
                 initial = (getattr(pl_module, "initial_eval", None) or {}).get("forget", {}).get("loss")
                 return None if initial is None else initial + float(t.value)
             if t.metric == "forget_loss" and not t.is_band:
                 return float(t.value)
-        return self.source.reference_forget_loss() if self.source is not None else None
+        return self.source.forget_loss_goal(trainer, pl_module) if self.source is not None else None
+
+    def wants_more_forgetting(self) -> bool | None:
+        """The source's reading of its last look (see MetricSource.wants_more_forgetting)."""
+        return self.source.wants_more_forgetting() if self.source is not None else None
 
     @staticmethod
     def _better(row: dict[str, float], best: dict[str, float] | None) -> bool:

@@ -27,7 +27,7 @@ class TofuEvaluation(ReportEvaluation):
     source_type, source_has, datamodule_type = "TofuSource", "eval_splits", "TofuDataModule"
 
     def __init__(self, source=None, reference: str | None = None, template: str | None = None,
-                 max_new_tokens: int = 200, batch_size: int = 32, every_n_epochs: int = 0,
+                 max_new_tokens: int | None = None, batch_size: int = 32, every_n_epochs: int = 0,
                  evaluate_at_start: bool = False, require_reference: bool = False,
                  mia_convention: str = "lit-unlearn", gradnorm: bool = True, max_length: int | None = None) -> None:
         """
@@ -116,7 +116,7 @@ class TofuEvaluation(ReportEvaluation):
         if self._evaluator is not None:
             self._evaluator.baseline = self.start_summary
 
-    # ----- the metric-source protocol (read by StopAtTarget) ---------------------------------------------------------
+    # ----- lit_unlearn.callbacks.metric_source.MetricSource (read by StopAtTarget) -------------------------------------
     @property
     def has_reference(self) -> bool:
         return self.reference is not None
@@ -148,14 +148,18 @@ class TofuEvaluation(ReportEvaluation):
         if summary.get("model_utility") is not None and (self.start_summary or {}).get("model_utility"):
             values["model_utility_ratio"] = summary["model_utility"] / self.start_summary["model_utility"]
         if "forget_loss_tofu" not in values:
-            values["forget_loss_tofu"] = self.reference_forget_loss()
+            values["forget_loss_tofu"] = self.forget_loss_goal()
         return values
 
-    def reference_forget_loss(self) -> float | None:
-        """The retain-only model's mean answer NLL on the forget split (HAMU's quota-controller goal)."""
+    def forget_loss_goal(self, trainer=None, pl_module=None) -> float | None:
+        """The retain-only model's mean answer NLL on the forget split (a gold-standard goal: it needs that
+        model; lit_unlearn.callbacks.HoldoutVerification steers without one)."""
         from lit_unlearn.metrics.tofu_verification import mean_forget_nll
 
         return mean_forget_nll(self._reference_report())
+
+    def wants_more_forgetting(self) -> bool | None:
+        return None
 
     def target_values(self, trainer, pl_module, names=None) -> dict[str, float]:
         from lit_unlearn.metrics.tofu_eval import TARGET_METRICS

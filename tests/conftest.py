@@ -24,11 +24,40 @@ def shared_folder(tmp_path_factory, name):
     return folder
 
 
+# The TOFU world the tests share, cached across sessions under a folder keyed by its recipe, seed, release and the
+# source that builds it (lit_unlearn.worlds.tofu_world.world_folder): a changed builder makes a new world.
+WORLDS = Path(os.environ.get("LIT_UNLEARN_TEST_WORLDS", Path.home() / ".cache" / "lit-unlearn" / "worlds"))
+WORLD_LEVELS = ("01",)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end runs (CLI subprocesses, kill/resume); CI runs them too")
     import torch
 
     torch.set_num_threads(1)
+    if _is_controller(config) and "not slow" not in (config.option.markexpr or ""):
+        _build_world_before_the_workers()
+
+
+def _is_controller(config) -> bool:
+    """The process that starts the test workers (pytest -n N), not a worker and not a plain run."""
+    return not os.environ.get("PYTEST_XDIST_WORKER") and bool(getattr(config.option, "numprocesses", None))
+
+
+def _build_world_before_the_workers() -> None:
+    """Build (or find) the shared world with both cores while no worker runs, so no worker waits on it."""
+    import subprocess
+    import time
+
+    started = time.perf_counter()
+    code = ("import sys; from lit_unlearn.worlds.tofu_world import prepare_tofu_world as p; "
+            "print(p(sys.argv[1], seed=0, levels=sys.argv[2].split(','), log=lambda *a: None).folder)")
+    env = dict(os.environ, OMP_NUM_THREADS=str(os.cpu_count() or 2), MKL_NUM_THREADS=str(os.cpu_count() or 2))
+    proc = subprocess.run([sys.executable, "-c", code, str(WORLDS), ",".join(WORLD_LEVELS)], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError("building the shared TOFU world failed:\n" + proc.stderr[-3000:])
+    print(f"shared TOFU world: {proc.stdout.strip()} ({time.perf_counter() - started:.0f} s)")
 
 
 @pytest.fixture(scope="session")
@@ -40,13 +69,10 @@ def subprocess_env():
 
 
 @pytest.fixture(scope="session")
-def tofu_world(tmp_path_factory):
-    """The default TOFU world built from the real release (seed 0, forget01's retain-only model and report), built
-    once per session (about 2 minutes on 2 cores) and shared: its folder is the one `tofu-demo --worlds` reads."""
-    from filelock import FileLock
-
+def tofu_world():
+    """The default TOFU world built from the real release (seed 0, forget01's retain-only model and report): built
+    before the workers start (or here, under its file lock, in a plain run) and cached across sessions in WORLDS,
+    which is the folder `tofu-demo --worlds` reads."""
     from lit_unlearn.worlds.tofu_world import prepare_tofu_world
 
-    root = shared_folder(tmp_path_factory, "worlds")
-    with FileLock(str(root / ".lock")):  # one worker builds, the other waits and reads it
-        return prepare_tofu_world(root / "seed0", seed=0, levels=("01",), log=lambda *a: None)
+    return prepare_tofu_world(WORLDS, seed=0, levels=WORLD_LEVELS, log=lambda *a: None)

@@ -62,20 +62,6 @@ def test_select_point_is_the_best_forget_quality_above_the_utility_floor():
         assert TofuBenchmark().select(rows, {"MU": 1.0}, floor)[0] == expected
 
 
-def test_ofmu_reference_ceiling_is_the_retain_only_models_mean_forget_nll(tmp_path):
-    import math
-
-    from lit_unlearn.bench.benchmarks import World
-
-    probs = [0.5, 0.1, 0.02]
-    report = tmp_path / "ref.json"
-    report.write_text(json.dumps({"summary": {}, "per_item": {"forget": {"prob": probs}}}))
-    world = World("w", str(tmp_path), None, str(tmp_path), {"01": str(report)})
-    args = TofuBenchmark().method_args(world, "01", {"forget_ceiling": "reference", "inner_lr": 0.01})
-    assert args == {"forget_ceiling": pytest.approx(-sum(map(math.log, probs)) / 3, abs=1e-6), "inner_lr": 0.01}
-    assert TofuBenchmark().method_args(world, "01", {"lr": 1.0}) == {"lr": 1.0}
-
-
 @pytest.mark.slow
 def test_a_small_bench_end_to_end_and_resume(tmp_path):
     cfg = tmp_path / "bench.yaml"

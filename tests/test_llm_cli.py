@@ -17,42 +17,37 @@ def cli(args, cwd, env):
     return proc
 
 
-def test_tofu_demo_then_standalone_eval_reproduces_the_callback(tmp_path, subprocess_env, tofu_world):
-    out = cli(["tofu-demo", "--worlds", str(tofu_world.folder.parent), "--trainer.max_steps=10",
-               "--trainer.enable_progress_bar=false"], tmp_path, subprocess_env)
-    assert "TOFU evaluation (results, step 10)" in out.stdout
-    # the packaged HAMU config stops at a verified target: forget quality and utility relative to the target's
-    assert "StopAtTarget 'forget_quality >= 0.05 and model_utility_ratio >= 0.9'" in out.stdout
-    assert "Verification against the retain-only model" in out.stdout
+def test_tofu_demo_meets_its_reference_free_target_and_standalone_eval_reproduces_the_callback(
+        tmp_path, subprocess_env, tofu_world):
+    """The default job as a user runs it (world seed 0, forget01): HAMU with the quota controller stops when every
+    membership attack's forget-vs-holdout interval lies inside 0.5 ± δ on the steering half with utility ≥ 0.95×
+    the target's, and the reporting half, which no decision read, passes too. All seeds: benchmarks/tofu_demo_seeds.py."""
+    out = cli(["tofu-demo", "--worlds", str(tofu_world.folder.parent), "--trainer.enable_progress_bar=false"],
+              tmp_path, subprocess_env)
+    target = "'holdout_band <= delta and model_utility_ratio >= 0.95'"
+    assert f"StopAtTarget {target}: met at step" in out.stdout, out.stdout[-3000:]
     run = tmp_path / "runs/tofu/hamu/version_0"
-    results = json.loads((run / "tofu_results.json").read_text())
-    start = json.loads((run / "tofu_start.json").read_text())["summary"]
-    for summary in (results["summary"], start):
-        assert summary["forget_quality"] is not None and 0 <= summary["forget_quality"] <= 1
-        assert 0 < summary["model_utility"] <= 1
-    verification = results["verification"]
-    assert verification["model_utility_ratio"] == pytest.approx(results["summary"]["model_utility"]
-                                                                / start["model_utility"])
-    assert 0.5 <= verification["forget_vs_retain_only_auc"] <= 1
-    results = results["summary"]
+    result = json.loads((run / "holdout_verification.json").read_text())
+    after, before = result["after"], result["before"]
+    assert after["verdict"]["passed"] and after["verdict"]["band"] <= result["delta"]
+    assert after["model_utility_ratio"] >= 0.95
+    assert not before["passed"] and before["band"] > 0.45  # the target: every attack near AUC 1
+    assert result["looks"] >= 2 and "Reference-free verification: PASSED" in out.stdout
+    assert (run / "model" / "model.safetensors").is_file()  # the final weights, loadable by other tools
     events = list(run.glob("events.out.tfevents.*"))
-    assert events
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(events[0]))
     acc.Reload()
-    for key in ("forget/es", "forget/em", "mia/gradnorm_auc", "mia/reference_auc"):  # the added metrics reach TB
-        assert f"tofu/{key}" in acc.Tags()["scalars"], key
-        assert results[key] is not None
-    assert {"verify/forget_quality", "verify/model_utility_ratio"} <= set(acc.Tags()["scalars"])
+    tags = set(acc.Tags()["scalars"])
+    assert {"verify/band", "verify/passed", "verify/min_k_plus_plus_auc", "verify/steering/band"} <= tags
+    assert {"tofu/forget/es", "tofu/mia/gradnorm_auc", "gold_standard/forget_quality"} <= tags
+    results = json.loads((run / "tofu_results.json").read_text())["summary"]
     world = tmp_path / "runs/tofu/world"  # the link to the world in use
     assert world.resolve() == tofu_world.folder.resolve()
-    reference = json.loads((world / "retain_only_01_eval.json").read_text())
-    assert len(reference["per_item"]["forget"]["truth_ratio"]) == 40  # TOFU's forget01: 2 authors x 20
-    again = cli(["tofu-eval", "--model", str(tmp_path / "runs/tofu/hamu/latest/checkpoints/last.ckpt"), "--base",
-                 str(world / "target"), "--data", str(world / "data"), "--forget-level", "01", "--reference",
-                 str(world / "retain_only_01_eval.json"), "--max-new-tokens", "48", "--save",
-                 str(tmp_path / "again.json")], tmp_path, subprocess_env)
+    again = cli(["tofu-eval", "--model", str(run / "model"), "--data", str(world / "data"), "--forget-level", "01",
+                 "--reference", str(world / "retain_only_01_eval.json"), "--save", str(tmp_path / "again.json")],
+                tmp_path, subprocess_env)
     assert "forget_quality" in again.stdout
     standalone = json.loads((tmp_path / "again.json").read_text())["summary"]
     for key in ("forget_quality", "model_utility", "forget_truth_ratio", "forget/rouge", "mia/min_k_auc", "forget/es",

@@ -113,18 +113,6 @@ class TofuBenchmark(_Benchmark):
         return World(folder.name, str(paths["data"]), load_tokenizer(str(paths["tokenizer"])), str(paths["target"]),
                      refs)
 
-    def method_args(self, world: World, level: str, init_args: dict) -> dict:
-        """OFMU's forget_ceiling "reference" (read from the run's TofuEvaluation in a plain run; the bench evaluates
-        outside the run) becomes the number: the retain-only model's mean forget NLL at this level."""
-        if init_args.get("forget_ceiling") != "reference":
-            return init_args
-        from lit_unlearn.metrics.tofu_verification import mean_forget_nll
-
-        ceiling = mean_forget_nll(json.loads(Path(world.references[level]).read_text()))
-        if ceiling is None:
-            raise UserError(f"{world.references[level]}: no per-item forget probabilities for forget_ceiling")
-        return {**init_args, "forget_ceiling": round(ceiling, 6)}
-
     def datamodule(self, world: World, level: str, seed: int, spec, method):
         from lit_unlearn.data import TofuDataModule, TofuSource
 

@@ -20,7 +20,7 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
               reference: str | None = None, require_reference: bool = False,
               mia_convention: Literal["lit-unlearn", "open-unlearning"] = "lit-unlearn",
               input_format: Literal["lit-unlearn", "open-unlearning"] = "lit-unlearn", gradnorm: bool = True,
-              max_new_tokens: int = 200, batch_size: int = 32, max_length: int = 512,
+              max_new_tokens: int | None = None, batch_size: int = 32, max_length: int = 512,
               dtype: Literal["float32", "bfloat16", "float16"] = "float32", device: str | None = None,
               save: str | None = None, logdir: str | None = None) -> None:
     """The TOFU table (FQ, MU, FTR, ROUGE, MIA) of one model, optionally saved as the reference for forget quality
@@ -38,7 +38,8 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
         mia_convention: how Min-K%, Min-K%++, zlib, ES/EM and privleak's fallback are computed (docs/llm.md)
         input_format: tokenisation of the template: ours, or open-unlearning's (to set numbers beside its tables)
         gradnorm: run the gradient-norm MIA (a backward pass per forget/holdout item; --no-gradnorm skips it)
-        max_new_tokens: greedy generation length for ROUGE
+        max_new_tokens: greedy generation length for ROUGE (default: enough for ≥ 95 % of each split's answers,
+            at most TOFU's 200)
         batch_size: evaluation batch size
         max_length: longest scored sequence (prompt + answer; TOFU's 512): longer ones are cut, counted per split
             in the table and the JSON, and warned about

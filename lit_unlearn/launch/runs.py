@@ -198,14 +198,38 @@ def fit_run(launched: Launched) -> Launched:
     final = run.checkpoints / "last.ckpt"
     if not final.exists():  # no FinalCheckpoint: the newest checkpoint the run wrote
         final = newest_loadable_checkpoint(run.path)[0] or final
+    model_folder = _export_final_model(launched)
     run.record(status="finished", global_step=trainer.global_step,
-               final_checkpoint=str(final) if final.exists() else None)
+               final_checkpoint=str(final) if final.exists() else None,
+               final_model=None if model_folder is None else str(model_folder))
     _point_latest(run.path)
     release_claim(run)
     if final.exists() and launched.from_command_line:  # runs built in code say nothing: their caller reports
         say(f"final checkpoint: {shown(final)}")
+        if model_folder is not None:
+            say(f"final model (Hugging Face folder): {shown(model_folder)}")
     return launched
 
+
+def _export_final_model(launched: Launched) -> Path | None:
+    """An LLM unlearning run's final weights (after any stop rule restored the ones it chose) as a Hugging Face
+    folder in its run folder (lit_unlearn.models.hf_export), written by rank zero."""
+    from lit_unlearn.models.hf_export import HF_FOLDER, export_hf
+    from lit_unlearn.modules.unlearning import UnlearningModule
+
+    module, run = launched.model, launched.run
+    network = getattr(module, "network", None)
+    tokenizer = getattr(launched.datamodule, "tokenizer", None)
+    if not isinstance(module, UnlearningModule) or not hasattr(network, "save_pretrained") or tokenizer is None:
+        return None
+    if any(hasattr(p, "ds_id") for p in network.parameters()):  # ZeRO-3 partitions: no rank holds the weights
+        from lit_unlearn.console import say
+
+        say("final model not exported: the weights are ZeRO-3 partitioned; the checkpoint holds them")
+        return None
+    if launched.trainer.is_global_zero:
+        export_hf(network, tokenizer, run.path / HF_FOLDER)
+    return run.path / HF_FOLDER
 
 # ----- retrained references: runs of their own, before the run that needs them ----------------------------------------
 def train_classifier(recipe, dataset, forget=None, network_spec: dict | None = None,

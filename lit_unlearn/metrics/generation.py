@@ -12,7 +12,25 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-__all__ = ["greedy_continuations"]
+__all__ = ["greedy_continuations", "generation_budget", "COVERAGE"]
+
+COVERAGE = 0.95  # the default budget lets at least this share of every split's reference answers fit whole
+
+
+def generation_budget(answer_lengths: dict[str, list[int]], coverage: float = COVERAGE,
+                      cap: int | None = None) -> tuple[int, dict[str, float]]:
+    """The fewest new tokens that let at least `coverage` of each split's reference answers (lengths in tokens)
+    be generated whole, at most `cap`; and each split's share that fits in it. ROUGE-L recall of an answer cut
+    short of its reference is capped below 1 by the budget, not by the model."""
+    import math
+
+    need = 1
+    for lengths in answer_lengths.values():
+        if lengths:
+            ordered = sorted(lengths)
+            need = max(need, ordered[min(len(ordered) - 1, math.ceil(coverage * len(ordered)) - 1)])
+    budget = min(need, cap) if cap else need
+    return budget, {k: (sum(n <= budget for n in v) / len(v) if v else 1.0) for k, v in answer_lengths.items()}
 
 
 @torch.no_grad()

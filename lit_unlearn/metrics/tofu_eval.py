@@ -32,7 +32,7 @@ from lit_unlearn.batches import logits_and_labels
 from lit_unlearn.data.tofu import MAX_LENGTH, QAFormatter, pad_collate
 from lit_unlearn.eval_mode import eval_mode
 from lit_unlearn.metrics import tofu_math
-from lit_unlearn.metrics.generation import greedy_continuations
+from lit_unlearn.metrics.generation import generation_budget, greedy_continuations
 from lit_unlearn.metrics.mia_convention import MIAConvention, get_convention
 from lit_unlearn.metrics.tofu_verification import tofu_verification
 from lit_unlearn.metrics.tofu_metrics import (
@@ -46,7 +46,7 @@ from lit_unlearn.metrics.tofu_metrics import (
     rank_and_world,
 )
 
-__all__ = ["TofuEvaluator", "TofuReport", "HEADLINE", "TARGET_METRICS"]
+__all__ = ["TofuEvaluator", "TofuReport", "HEADLINE", "TARGET_METRICS", "PASSES"]
 
 HEADLINE = ("forget_quality", "model_utility", "forget_truth_ratio", "forget/rouge", "retain/rouge")
 # A target metric (lit_unlearn.verification.targets) -> (summary key, splits to score, generate?, membership?).
@@ -62,6 +62,10 @@ TARGET_METRICS = {
     "forget_vs_retain_only_auc": ("verification/forget_vs_retain_only_auc", ("forget",), False, False),
     "model_utility_ratio": ("verification/model_utility_ratio", None, True, False),
 }
+# Passes a caller may ask for by name besides target metrics: the membership attacks' per-item scores on forget and
+# holdout (the reference-free verification), and with them the gradient-norm attack (a backward pass per item).
+PASSES = {"membership": (None, (), False, True), "gradnorm": (None, (), False, True)}
+TOFU_MAX_NEW_TOKENS = 200  # TOFU's own generation length, the automatic budget's cap
 KNOWLEDGE = ("real_authors", "world_facts")  # truth ratio and probability against the original answer
 MIA_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus")  # from the scoring pass; gradnorm and reference apart
 
@@ -103,6 +107,8 @@ class TofuReport:
     verification: dict | None = None  # against the retain-only model (lit_unlearn.metrics.tofu_verification)
     truncated: dict[str, list[int]] = field(default_factory=dict)  # split -> [sequences cut, sequences]
     max_length: int | None = None
+    generation: dict | None = None  # {"max_new_tokens": n, "coverage": {split: share of answers ≤ n tokens}}
+    evaluated_by: str | None = None  # a digest of the evaluation code (cached reports are redone when it changes)
 
     def value(self, key: str) -> float | None:
         """A summary metric, or `verification/NAME` from the verification measures."""
@@ -115,7 +121,8 @@ class TofuReport:
         for key, value in self.summary.items():
             rows.append(f"| {key} | {_fmt(value)} |")
         if self.verification:
-            rows += ["", "Verification against the retain-only model:", "",
+            rows += ["", "Gold standard: against the retain-only model (a model a 7B user rarely has; reported, "
+                     "never decided on):", "",
                      "| measure | this model | retain-only model | gap |", "|---|---|---|---|"]
             v = self.verification
             for label, key in (("forget quality", "forget_quality"), ("privleak", "privleak")):
@@ -134,7 +141,12 @@ class TofuReport:
                 if f"gap/{key}" in v:
                     rows.append(f"| {key} | {_fmt(self.summary.get(key))} | "
                                 f"{_fmt(self.summary.get(key) - v[f'gap/{key}'])} | {_fmt(v[f'gap/{key}'])} |")
-        notes = [f"MIA / memorisation convention: {self.mia_convention}", self.truncation_note()] + self.notes
+        notes = [f"MIA / memorisation convention: {self.mia_convention}", self.truncation_note()]
+        if self.generation:
+            cover = ", ".join(f"{k} {v:.0%}" for k, v in self.generation["coverage"].items())
+            notes.append(f"ROUGE from greedy answers of up to {self.generation['max_new_tokens']} new tokens "
+                         f"(reference answers that fit: {cover})")
+        notes += self.notes
         return "\n".join(rows + [""] + [f"- {n}" for n in notes])
 
     def truncation_note(self) -> str:
@@ -150,7 +162,8 @@ class TofuReport:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"summary": self.summary, "mia_convention": self.mia_convention,
                                     "verification": self.verification, "max_length": self.max_length,
-                                    "truncated": self.truncated, "per_item": self.per_item,
+                                    "truncated": self.truncated, "generation": self.generation,
+                                    "evaluated_by": self.evaluated_by, "per_item": self.per_item,
                                     "notes": self.notes}, indent=1))
         return path
 
@@ -197,7 +210,7 @@ def _load_reference(reference: str | Path | dict | None) -> dict | None:
 class TofuEvaluator:
     def __init__(self, tokenizer, eval_splits: dict[str, list[dict]], template: str = "plain",
                  max_length: int = MAX_LENGTH,
-                 max_new_tokens: int = 200, batch_size: int = 32, reference: str | Path | dict | None = None,
+                 max_new_tokens: int | None = None, batch_size: int = 32, reference: str | Path | dict | None = None,
                  require_reference: bool = False, min_k: float = 0.4, mia_convention: str = "lit-unlearn",
                  input_format: str = "lit-unlearn", gradnorm: bool = True, gradnorm_p: float = 2.0,
                  baseline: str | Path | dict | None = None) -> None:
@@ -205,6 +218,8 @@ class TofuEvaluator:
         Args:
             max_length: sequences (prompt + answer) longer than this are cut, counted per split in the report and
                 warned about (TOFU's and open-unlearning's 512 by default).
+            max_new_tokens: the greedy answers' budget for ROUGE; None: the fewest tokens that let ≥ 95 % of every
+                generated split's reference answers fit whole, at most TOFU's 200 (stated in the report).
             mia_convention: "lit-unlearn" or "open-unlearning" (Min-K%, Min-K%++, zlib, ES/EM and privleak's
                 fallback computed exactly as open-unlearning does; docs/llm.md lists the differences).
             input_format: "lit-unlearn" or "open-unlearning" (its tokenisation of the template).
@@ -228,6 +243,7 @@ class TofuEvaluator:
         self._stats: dict[tuple[str, str], AnswerStats] = {}          # one run's scores (cleared per run)
         self._warned = False  # the truncation warning, once per evaluator
         self._truncated: dict[str, list[int]] = {}  # split -> [sequences cut, sequences]
+        self._generation: dict | None = None
 
     # ----- model passes -------------------------------------------------------------------------------------------
     def _encode(self, pair: tuple[str, str]) -> dict[str, Tensor]:
@@ -292,11 +308,23 @@ class TofuEvaluator:
                 q.requires_grad_(False)
         return torch.tensor(out, dtype=torch.float64)
 
+    def generation(self) -> dict:
+        """The ROUGE answers' budget and the share of each generated split's reference answers it covers."""
+        if self._generation is None:
+            lengths = {name: [len(self.tokenizer(r["answer"], add_special_tokens=False)["input_ids"]) for r in rows]
+                       for name, rows in self.splits.items() if name != "holdout"}
+            budget, coverage = generation_budget(lengths, cap=TOFU_MAX_NEW_TOKENS)
+            if self.max_new_tokens is not None:
+                budget = self.max_new_tokens
+                coverage = {k: sum(n <= budget for n in v) / max(1, len(v)) for k, v in lengths.items()}
+            self._generation = {"max_new_tokens": budget, "coverage": coverage}
+        return self._generation
+
     def _generate(self, network: nn.Module, questions: list[str], device) -> list[str]:
         """Greedy answers (batched, length-sorted, KV cache)."""
         tok = self.tokenizer
         new = greedy_continuations(network, [self.formatter.prompt_ids(q) for q in questions], tok.pad_token_id,
-                                   self.max_new_tokens, self.batch_size, device, tok.eos_token_id)
+                                   self.generation()["max_new_tokens"], self.batch_size, device, tok.eos_token_id)
         return [tok.decode(g, skip_special_tokens=True).strip() for g in new]
 
     # ----- the evaluation -----------------------------------------------------------------------------------------
@@ -305,10 +333,11 @@ class TofuEvaluator:
         """The full report, or with `only` (target metric names, see TARGET_METRICS) just what they need."""
         device = device or next(network.parameters()).device
         if only is not None:
-            unknown = [m for m in only if m not in TARGET_METRICS]
+            known = {**TARGET_METRICS, **PASSES}
+            unknown = [m for m in only if m not in known]
             if unknown:
-                raise ValueError(f"unknown TOFU target metrics {unknown}; known: {sorted(TARGET_METRICS)}")
-            needs = [TARGET_METRICS[m] for m in only]
+                raise ValueError(f"unknown TOFU target metrics {unknown}; known: {sorted(known)}")
+            needs = [known[m] for m in only]
             splits = None if any(n[1] is None for n in needs) else {x for n in needs for x in n[1]}
             generate = any(n[2] for n in needs)
             membership = any(n[3] for n in needs) or splits is None
@@ -327,14 +356,15 @@ class TofuEvaluator:
                     mine = rows[rank::world]
                     per_item[name] = self._score_split(network, name, mine, device, summary, world, generate)
                 if membership:
-                    self._membership(network, device, rank, world, summary, per_item, notes, full=only is None)
+                    self._membership(network, device, rank, world, summary, per_item, notes, full=only is None,
+                                     gradnorm=only is None or "gradnorm" in only)
         finally:
             self._stats = {}
         self._aggregate(summary, per_item, notes, partial=only is not None)
         verification = tofu_verification(summary, per_item, self.reference, self.baseline)
         report = TofuReport(summary, per_item, notes, self.convention.name, verification,
                             self._truncation(list(per_item) + (["holdout"] if "mia" in per_item else [])),
-                            self.formatter.max_length)
+                            self.formatter.max_length, self.generation() if generate else None)
         if any(c for c, _ in report.truncated.values()) and not self._warned:
             self._warned = True
             warnings.warn(report.truncation_note(), stacklevel=2)
@@ -418,7 +448,8 @@ class TofuEvaluator:
                 "min_k_plus_plus": as_tensor([tofu_math.min_k_plus_plus_from_moments(
                     st.logp, st.mu, st.var, k, conv.k_rounding, conv.var_floor) for st in scored])}
 
-    def _membership(self, network, device, rank, world, summary, per_item, notes, full: bool = True) -> None:
+    def _membership(self, network, device, rank, world, summary, per_item, notes, full: bool = True,
+                    gradnorm: bool = True) -> None:
         """Forget (members: label 0) vs holdout (label 1) AUCs of the loss, zlib, Min-K%, Min-K%++ attacks; in a
         full report also gradnorm and the reference attack, and the per-item NLLs a later run's reference MIA
         needs (in item order)."""
@@ -427,7 +458,7 @@ class TofuEvaluator:
             notes.append("membership inference: no holdout split, MIA AUCs not computed")
             return
         attacks = list(MIA_ATTACKS)
-        run_gradnorm = full and self.gradnorm
+        run_gradnorm = gradnorm and self.gradnorm
         if run_gradnorm and any(hasattr(q, "ds_id") for q in network.parameters()):
             run_gradnorm = False
             notes.append("gradnorm MIA not computed: the parameters are ZeRO-3 partitioned (evaluate the saved "
@@ -439,7 +470,7 @@ class TofuEvaluator:
                          "(save it again with this version)")
         attacks += ["reference"] if ref_nll is not None else []
         metrics = {a: MembershipAUC() for a in attacks}
-        nll_items = {}
+        item_scores: dict[str, ItemMean] = {}
         for split, all_rows, is_holdout in (("forget", self.splits["forget"], False), ("holdout", holdout, True)):
             rows = all_rows[rank::world]
             pairs = [(r["question"], r["answer"]) for r in rows]
@@ -456,13 +487,15 @@ class TofuEvaluator:
                 scores["reference"] = scores["loss"] - mine
             for a, m in metrics.items():
                 m.update(scores[a], is_holdout)
-            nll_items[split] = ItemMean()
-            nll_items[split].update(scores["loss"])
+                item_scores[f"{split}_{a}"] = ItemMean()
+                item_scores[f"{split}_{a}"].update(scores[a])
         for a, m in metrics.items():
             summary[f"mia/{a}_auc"] = m.compute().item()
-        if full:
-            per_item["mia"] = {f"{split}_nll": _restore_order(m.per_item().tolist(), world)
-                               for split, m in nll_items.items()}
+        # Every attack's per-item scores in item order: the reference-free verification resamples them by author,
+        # and a later run's reference attack reads the NLLs (`{split}_nll`, the loss attack's scores).
+        mia = {key: _restore_order(m.per_item().tolist(), world) for key, m in item_scores.items()}
+        mia.update({f"{split}_nll": mia[f"{split}_loss"] for split in ("forget", "holdout")})
+        per_item["mia"] = mia
 
     def _reference_nll(self) -> dict[str, list[float]] | None:
         mia = ((self.reference or {}).get("per_item") or {}).get("mia") or {}

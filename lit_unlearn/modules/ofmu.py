@@ -4,12 +4,14 @@ Round k on a fixed (retain, forget) batch pair:
   inner: T steps of gradient ascent θ ← θ + η_in·∇Φ(θ),  Φ = L_f − β·cos(∇L_f, ∇L_r);
   outer: θ ← θ − η_out·(∇L_r + 2ρ_k·∇²Φ·∇Φ) at the inner result.
 
-Two safeguards, both on by default since they were measured to matter (docs/ofmu.md, "Why it collapsed"):
-- the outer direction's two terms are clipped separately (`outer_clip="separate"`): clipping their sum lets the
-  penalty term, whose norm grows with ρ_k and the Hessian, crowd the retain descent out of a fixed-size step;
-- the inner objective can be bounded (`forget_ceiling`): the forget term of Φ is flat past a ceiling on L_f (a
-  number, or "reference": the retain-only model's forget loss, read from the run's TofuEvaluation or
-  ForgettingVerification), so the inner ascent stops where a model that never saw the data would be.
+The paper's form is the default. Two changes to it are named options, off by default (docs/ofmu.md, "Why it
+collapsed on TOFU", measures what each changes):
+- `outer_clip="separate"` clips the outer direction's two terms separately instead of their sum ("joint", the
+  paper's single clip): clipping the sum lets the penalty term, whose norm grows with ρ_k and the Hessian, crowd the
+  retain descent out of a fixed-size step;
+- `forget_ceiling` bounds the inner objective: the forget term of Φ is flat past a ceiling on L_f (a number, or
+  "holdout": the current model's mean NLL on holdout items it never saw, from the run's HoldoutVerification), so the
+  inner ascent stops where unseen data of the same kind is. Nothing here reads a retain-only model.
 The inner steps move the weights directly; the round's net change is then handed to the optimizer as
 p.grad = −δ (SGD, lr 1), so Lightning counts one step per round, checkpoints the optimizer and the ρ
 scheduler sees k = global_step. The maths is in lit_unlearn.algorithms.ofmu.
@@ -45,7 +47,7 @@ from lit_unlearn.modules.unlearning import UnlearningModule
 __all__ = ["OFMUModule", "OUTER_CLIPS"]
 
 OUTER_CLIPS = ("separate", "joint")
-REFERENCE = "reference"  # forget_ceiling: the retain-only model's forget loss
+HOLDOUT = "holdout"  # forget_ceiling: the current model's mean NLL on unseen holdout items
 
 
 class OFMUModule(UnlearningModule):
@@ -63,7 +65,7 @@ class OFMUModule(UnlearningModule):
         stationarity_tol: float | None = None,
         inner_clip_norm: float | None = None,
         outer_clip_norm: float | None = None,
-        outer_clip: str = "separate",
+        outer_clip: str = "joint",
         forget_ceiling: float | str | None = None,
         freeze_batchnorm: bool = True,
         log_every_n_steps: int | None = None,
@@ -82,11 +84,11 @@ class OFMUModule(UnlearningModule):
             inner_clip_norm, outer_clip_norm: scale ∇Φ (inner) and the outer direction's terms down to this global
                 norm (None: off). The cosine's gradient grows like ‖H‖/‖g‖, so a well-fit target (small
                 gradients) gives large ∇Φ and much larger HVPs; clipping keeps the first rounds stable.
-            outer_clip: "separate" clips ∇L_r and 2ρ∇²Φ∇Φ each to outer_clip_norm (the retain descent keeps its
-                share); "joint" clips their sum (the penalty can then crowd the retain descent out).
-            forget_ceiling: bound the inner objective, Φ_c = min(L_f, c) − β·cos: a number c, "reference" (the
-                retain-only model's mean forget loss, from the run's TofuEvaluation / ForgettingVerification), or
-                None (unbounded, the paper's form).
+            outer_clip: "joint" (the paper's) clips ∇L_r + 2ρ∇²Φ∇Φ to outer_clip_norm; "separate" clips each
+                term on its own (the retain descent keeps its share; the penalty can crowd it out of a joint clip).
+            forget_ceiling: bound the inner objective, Φ_c = min(L_f, c) − β·cos: a number c, "holdout" (the
+                current model's mean NLL on the holdout items of the run's HoldoutVerification, re-read every
+                round), or None (unbounded, the paper's form).
         """
         super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
         if inner_steps < 0:
@@ -109,11 +111,12 @@ class OFMUModule(UnlearningModule):
             forget_ceiling = None  # as a command line spells it
         if outer_clip not in OUTER_CLIPS:
             raise UserError(f"outer_clip={outer_clip!r}: choose one of {OUTER_CLIPS}")
-        if forget_ceiling is not None and forget_ceiling != REFERENCE and not (
+        if forget_ceiling is not None and forget_ceiling != HOLDOUT and not (
                 isinstance(forget_ceiling, (int, float)) and math.isfinite(forget_ceiling) and forget_ceiling > 0):
-            raise UserError(f"forget_ceiling must be a positive number, {REFERENCE!r} or None, got {forget_ceiling!r}")
+            raise UserError(f"forget_ceiling must be a positive number, {HOLDOUT!r} or None, got {forget_ceiling!r}")
         self.outer_clip, self.forget_ceiling = outer_clip, forget_ceiling
-        self._ceiling: float | None = None if forget_ceiling in (None, REFERENCE) else float(forget_ceiling)
+        self._ceiling: float | None = None if forget_ceiling in (None, HOLDOUT) else float(forget_ceiling)
+        self._holdout_source = None
         self.stationary_at: int | None = None
         self._weights: ShardedWeights | None = None
 
@@ -126,14 +129,19 @@ class OFMUModule(UnlearningModule):
         if world > 1 and self.hvp == "autograd":
             raise UserError("hvp='autograd' differentiates per-process gradient graphs, which data parallelism "
                              "does not synchronise: use hvp='finite_difference' with more than one process")
-        if self.forget_ceiling == REFERENCE and self._trainer is not None:
-            source = next((cb for cb in self.trainer.callbacks if hasattr(cb, "reference_forget_loss")), None)
-            value = source.reference_forget_loss() if source is not None else None
-            if value is None:
-                raise UserError("OFMU forget_ceiling='reference' needs the retain-only model's forget loss: add "
-                                "lit_unlearn.callbacks.TofuEvaluation(reference=...) (or ForgettingVerification) to "
-                                "trainer.callbacks, or give forget_ceiling as a number")
-            self._ceiling = float(value)
+        if self.forget_ceiling == HOLDOUT and self._trainer is not None:
+            self._holdout_source = next((cb for cb in self.trainer.callbacks if hasattr(cb, "holdout_loss")), None)
+            if self._holdout_source is None:
+                raise UserError("OFMU forget_ceiling='holdout' reads the model's holdout NLL: add "
+                                "lit_unlearn.callbacks.HoldoutVerification to trainer.callbacks, or give "
+                                "forget_ceiling as a number")
+
+    def _current_ceiling(self) -> float | None:
+        """The ceiling of this round: fixed, or the holdout NLL at the verification's last look."""
+        if self._holdout_source is not None:
+            value = self._holdout_source.holdout_loss()
+            self._ceiling = None if value is None else float(value)
+        return self._ceiling
 
     # ----- ∇Φ at the current weights ---------------------------------------------------------------------------------
     def _grads_at(self, retain_batch, forget_batch):
@@ -215,6 +223,7 @@ class OFMUModule(UnlearningModule):
         opt = self.optimizers()
         weights = self.weights
         start = weights.snapshot()
+        self._current_ceiling()
         inner_phi = []
         for _ in range(self.inner_steps):
             pg = self.phi_gradient(retain_batch, forget_batch)
@@ -230,7 +239,7 @@ class OFMUModule(UnlearningModule):
             a = clip_scale(retain, self.outer_clip_norm, self._reduce)
             b = clip_scale(penalty, self.outer_clip_norm, self._reduce)
             outer = [a * r + b * q for r, q in zip(retain, penalty)]
-        else:  # the sum clipped as one direction (the earlier form)
+        else:  # the sum clipped as one direction (the paper's form)
             outer = [r + q for r, q in zip(retain, penalty)]
             outer_scale = clip_scale(outer, self.outer_clip_norm, self._reduce)
             outer = [outer_scale * d for d in outer]

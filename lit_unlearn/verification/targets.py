@@ -5,6 +5,8 @@ Written as one line (CLI and YAML alike):
     forget_acc <= 0.05                        absolute threshold (<=, >=, <, >)
     delta_forget_loss >= 2                    ΔL_f against the start of unlearning
     forget_quality >= 0.1                     TOFU (KS p-value against the retain-only model)
+    holdout_band <= delta                     forget vs holdout attacks inside 0.5 ± δ (no retrained model;
+                                              a named threshold is the metric source's, here the calibrated δ)
     forget_vs_retrain_auc <= 0.6              needs the retrained reference
     ua within 0.05 of retrain                 |UA − UA_retrain| ≤ 0.05
     forget_loss_median within 25% of retrain  |m / m_retrain − 1| ≤ 0.25
@@ -38,7 +40,7 @@ class MetricInfo:
     kind: str  # "classifier" or "tofu"
     needs_reference: bool = False
     ideal: float | None = None
-
+    source: str | None = None  # the callback that measures it, when not the kind's default
 
 METRICS: dict[str, MetricInfo] = {
     # classifiers (lit_unlearn.verification.classifier)
@@ -66,6 +68,9 @@ METRICS: dict[str, MetricInfo] = {
     "forget_vs_retain_only_auc": MetricInfo("ROC AUC telling the model's per-item TOFU forget losses from the "
                                             "retain-only model's (0.5: indistinguishable)", "tofu",
                                             needs_reference=True, ideal=0.5),
+    "holdout_band": MetricInfo("half-width of the smallest band around 0.5 holding every membership attack's "
+                               "forget-vs-holdout AUC interval (no retrained model; passes at ≤ δ)", "tofu",
+                               ideal=0.0, source="lit_unlearn.callbacks.HoldoutVerification"),
     "forget_truth_ratio": MetricInfo("TOFU forget truth ratio", "tofu"),
     "model_utility": MetricInfo("TOFU model utility", "tofu"),
     "model_utility_ratio": MetricInfo("TOFU model utility over the target's (before unlearning)", "tofu"),
@@ -73,7 +78,7 @@ METRICS: dict[str, MetricInfo] = {
     "forget_loss_tofu": MetricInfo("mean answer NLL on the forget split", "tofu"),
 }
 _OPS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt}
-_THRESHOLD = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
+_THRESHOLD = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(<=|>=|<|>)\s*([-+0-9.eE]+|[a-z_]+)\s*$")
 _BAND = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s+within\s+([0-9.eE+-]+)\s*(%?)\s+of\s+retrain\s*$")
 
 
@@ -90,6 +95,7 @@ class ForgetTarget:
     value: float | None = None  # the threshold, or the band's tolerance
     percent: bool = False  # band given in % of the retrained value
     text: str = ""
+    symbol: str | None = None  # a named threshold ("delta"), read from the metric source's reference values
 
     @classmethod
     def parse(cls, text: str) -> ForgetTarget:
@@ -100,10 +106,12 @@ class ForgetTarget:
                             f"retrain'; got {text!r}")
         m = _THRESHOLD.match(text)
         if m:
-            name, op, value = m.group(1), m.group(2), _number(m.group(3), text)
+            name, op = m.group(1), m.group(2)
             if name not in METRICS:
                 raise _unknown(name)
-            return cls(name, op, value, False, text.strip())
+            if re.fullmatch(r"[a-z_]+", m.group(3)):  # a named threshold, e.g. the calibrated δ
+                return cls(name, op, None, False, text.strip(), symbol=m.group(3))
+            return cls(name, op, _number(m.group(3), text), False, text.strip())
         m = _BAND.match(text)
         if m:
             name, tol, pct = m.group(1), _number(m.group(2), text), bool(m.group(3))
@@ -132,17 +140,26 @@ class ForgetTarget:
 
     def _center(self, reference: Mapping[str, float] | None) -> float:
         if not self.is_band:
-            return self.info.ideal if self.info.ideal is not None else float(self.value)
+            return self.info.ideal if self.info.ideal is not None else self.threshold(reference)
         if reference is None or reference.get(self.metric) is None:
             raise UserError(f"target {self.text!r} needs the retrained model's {self.metric}: add a retrained "
                             "reference (lit_unlearn.callbacks.ForgettingVerification, or `lit-unlearn retrain`)")
         return float(reference[self.metric])
 
+    def threshold(self, reference: Mapping[str, float] | None = None) -> float:
+        """The threshold: the number written, or the named one from the metric source's reference values."""
+        if self.symbol is None:
+            return float(self.value)
+        if reference is None or reference.get(self.symbol) is None:
+            raise UserError(f"target {self.text!r}: the run's metric source gives no {self.symbol!r}; write a number "
+                            "instead, or measure it with " + (self.info.source or "a source that defines it"))
+        return float(reference[self.symbol])
+
     def met(self, value: float, reference: Mapping[str, float] | None = None) -> bool:
         if value is None or not math.isfinite(value):
             return False
         if not self.is_band:
-            return bool(_OPS[self.op](value, self.value))
+            return bool(_OPS[self.op](value, self.threshold(reference)))
         center = self._center(reference)
         gap = abs(value - center)
         return gap <= self.value * abs(center) if self.percent else gap <= self.value

@@ -1,0 +1,329 @@
+"""Verify LLM forgetting without a retrained model: the forget set against a holdout set of the same kind that the
+model never saw, by the membership attacks the literature uses, with an equivalence test
+(lit_unlearn.verification.holdout_equivalence).
+
+What it needs is what a Llama-2-7B user has: the model, the forget set, and a holdout split (TOFU's
+holdout01/05/10, or a `holdout` split of your own data). No retain-only model is read, except for a report
+labelled "gold standard" when one is given (`gold_standard=`).
+
+Decide on one half, report on the other. The forget and holdout items are split once (lit_unlearn.verification.
+steering_halves, seed `split_seed`) into a steering half and a reporting half:
+- the steering half is what the run may read while it unlearns: `StopAtTarget` measures `holdout_band` (and model
+  utility) on it at its fixed cadence, and HAMU's quota controller steers to its current holdout NLL. Every such
+  measurement is a look; the report counts them.
+- the reporting half is evaluated only before the first update (the target's numbers, for the table) and when
+  fitting ends, after the stop rule has put back the weights it chose. The verdict, the table
+  (`holdout_verification.md`), the JSON (`holdout_verification.json`) and TensorBoard's `verify/*` come from it.
+Model utility (retain authors and general knowledge) is the same items in both halves: the stop rule reads it, and
+the report says how many times.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.callbacks import Callback
+
+from lit_unlearn.console import say
+from lit_unlearn.errors import UserError
+
+__all__ = ["HoldoutVerification", "UTILITY_METRICS", "BAND"]
+
+BAND = "holdout_band"
+UTILITY_METRICS = ("model_utility", "model_utility_ratio")
+ITEMS_PER_AUTHOR = 20  # TOFU's layout: a split's items come author by author, 20 each
+UTILITY_SPLITS = ("retain", "real_authors", "world_facts")
+
+
+class HoldoutVerification(Callback):
+    kind = "tofu"
+
+    def __init__(self, source=None, delta: float | None = None, alpha: float = 0.05,
+                 attacks: list[str] | None = None, n_boot: int = 2000, split_seed: int = 0,
+                 items_per_author: int = ITEMS_PER_AUTHOR, template: str | None = None, max_length: int | None = None,
+                 max_new_tokens: int | None = None, batch_size: int = 32, mia_convention: str = "lit-unlearn",
+                 gold_standard: str | None = None) -> None:
+        """
+        Args:
+            source: a TofuSource (default: the datamodule's); its eval splits must include `holdout`.
+            delta: the equivalence margin δ: "forgotten" means every attack's interval lies in 0.5 ± δ. None: the
+                value calibrated for the forget level (lit_unlearn.verification.holdout_calibration).
+            alpha: each one-sided test's level; the intervals are (1 − 2α) percentile intervals.
+            attacks: membership attacks to run (default: loss, zlib, min_k, min_k_plus_plus, gradnorm).
+            n_boot: bootstrap replicates (authors, then items within them).
+            split_seed: the seed of the steering/reporting split (written in the report).
+            items_per_author: rows without an `author` field are grouped into authors of this many consecutive
+                items (TOFU's layout).
+            gold_standard: a retain-only model's saved report ("world": the one beside the data folder), shown
+                beside the verdict as a gold standard; never read by a decision.
+        """
+        super().__init__()
+        from lit_unlearn.verification.holdout_equivalence import ATTACKS
+
+        attacks = list(attacks or ATTACKS)
+        unknown = sorted(set(attacks) - set(ATTACKS))
+        if unknown or not attacks:
+            raise UserError(f"HoldoutVerification: unknown attacks {unknown}; choose from {list(ATTACKS)}")
+        if delta is not None and not 0 < delta <= 0.5:
+            raise UserError(f"HoldoutVerification: delta must be in (0, 0.5], got {delta}")
+        if not 0 < alpha < 0.5 or n_boot < 100 or items_per_author < 2:
+            raise UserError(f"HoldoutVerification: need 0 < alpha < 0.5, n_boot ≥ 100 and items_per_author ≥ 2 "
+                            f"(got {alpha}, {n_boot}, {items_per_author})")
+        self.source, self.delta, self.alpha, self.attacks = source, delta, alpha, attacks
+        self.n_boot, self.split_seed, self.items_per_author = n_boot, split_seed, items_per_author
+        self.template, self.max_length, self.max_new_tokens = template, max_length, max_new_tokens
+        self.batch_size, self.mia_convention, self.gold_standard = batch_size, mia_convention, gold_standard
+        self.halves: dict[str, Any] | None = None     # {"forget": Halves, "holdout": Halves}
+        self._groups: dict[str, list] = {}
+        self._splits: dict[str, dict[str, list[dict]]] = {}
+        self._evaluators: dict[str, Any] = {}
+        self._source = self._tokenizer = self._formatter = None
+        self.level: str | None = None
+        # What the run saw, kept in checkpoints: looks at the steering half, the target's utility, the last verdict.
+        self.looks = 0
+        self.utility_looks = 0
+        self.start_utility: float | None = None
+        self.last: dict[str, Any] | None = None       # the last steering look: verdict dict, holdout NLL
+        self.before: dict | None = None               # the target on the reporting half
+        self.after: dict | None = None
+
+    # ----- setup -------------------------------------------------------------------------------------------------------
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage != "fit" or self.halves is not None:
+            return
+        dm = trainer.datamodule
+        source = self.source or getattr(dm, "source", None)
+        if source is None or not hasattr(source, "eval_splits"):
+            raise UserError("HoldoutVerification needs a TofuSource (give `source=` or use a TofuDataModule)")
+        self._source, self._tokenizer = source, getattr(dm, "tokenizer", None)
+        self._formatter = getattr(dm, "formatter", None)
+        self.level = getattr(source, "forget_level", None)
+        splits = source.eval_splits()
+        if not splits.get("holdout"):
+            raise UserError(f"HoldoutVerification needs a holdout split in {getattr(source, 'path', 'the data')}: "
+                            "items of the same kind the model never saw (TOFU: holdout01/05/10; your own data: a "
+                            "`holdout{level}` split file beside the forget split)")
+        if self.delta is None:
+            from lit_unlearn.verification.holdout_calibration import calibrated_delta
+
+            self.delta = calibrated_delta(self.level)
+        from lit_unlearn.verification.steering_halves import split_halves
+
+        self._groups = {side: self._authors(splits[side], side) for side in ("forget", "holdout")}
+        self.halves = {side: split_halves(self._groups[side], self.split_seed) for side in ("forget", "holdout")}
+        for half in ("steering", "reporting"):
+            chosen = {side: getattr(self.halves[side], half) for side in ("forget", "holdout")}
+            self._splits[half] = {**{side: [splits[side][i] for i in chosen[side]] for side in ("forget", "holdout")},
+                                  **{k: splits[k] for k in UTILITY_SPLITS if k in splits}}
+
+    def _authors(self, rows: list[dict], side: str) -> list:
+        if all("author" in r for r in rows):
+            return [r["author"] for r in rows]
+        if len(rows) % self.items_per_author:
+            raise UserError(f"the {side} split has {len(rows)} items, not a multiple of items_per_author="
+                            f"{self.items_per_author}: give each row an `author` field (the bootstrap resamples "
+                            "authors) or set items_per_author")
+        return [i // self.items_per_author for i in range(len(rows))]
+
+    def _evaluator(self, trainer, half: str):
+        if half not in self._evaluators:
+            from lit_unlearn.data.tofu import MAX_LENGTH
+            from lit_unlearn.metrics import TofuEvaluator
+
+            fmt = self._formatter
+            self._evaluators[half] = TofuEvaluator(
+                self._tokenizer, self._splits[half], template=self.template or getattr(fmt, "template", "plain"),
+                max_length=self.max_length or getattr(fmt, "max_length", None) or MAX_LENGTH,
+                max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, mia_convention=self.mia_convention,
+                gradnorm="gradnorm" in self.attacks, input_format=getattr(fmt, "input_format", "lit-unlearn"))
+        return self._evaluators[half]
+
+    def _passes(self, utility: bool = False) -> list[str]:
+        passes = ["membership"] + (["gradnorm"] if "gradnorm" in self.attacks else [])
+        return passes + (["model_utility"] if utility else [])
+
+    def _verdict(self, report, half: str, mia: dict | None = None):
+        """The equivalence verdict on one half, from a report's per-item attack scores (or `mia`, whole splits'
+        scores of another report). Whole splits' scores are subset to the half; a half's evaluator scored the
+        half alone."""
+        from lit_unlearn.verification.steering_halves import half_verdict
+
+        if mia is None:  # this half's evaluator scored the half alone, in order: place its scores in the splits
+            mia = {}
+            for key, values in report.per_item["mia"].items():
+                side = key.split("_", 1)[0]
+                if side in self.halves:
+                    mia[key] = _spread(values, getattr(self.halves[side], half), len(self._groups[side]))
+        return half_verdict(mia, self._groups, self.halves, half, self.attacks, self.delta, self.alpha, self.n_boot)
+
+    # ----- MetricSource (read by StopAtTarget and, through it, HAMU's quota controller) -------------------------------
+    def available(self, metric: str) -> bool:
+        return metric == BAND or metric in UTILITY_METRICS
+
+    def reference_values(self) -> dict[str, float]:
+        return {"delta": self.delta}
+
+    def target_values(self, trainer, pl_module, names=None) -> dict[str, float]:
+        """A look at the steering half: the band of every attack's interval, and model utility if asked."""
+        names = list(names or [BAND, *UTILITY_METRICS])
+        utility = any(n in UTILITY_METRICS for n in names)
+        report = self._evaluator(trainer, "steering").run(
+            pl_module.network, pl_module.device, only=self._passes(utility) if BAND in names else ["model_utility"])
+        values: dict[str, float] = {}
+        if BAND in names:
+            verdict = self._verdict(report, "steering")
+            holdout = report.per_item["mia"]["holdout_loss"]
+            self.looks += 1
+            self.last = {"step": trainer.global_step, "verdict": verdict.as_dict(),
+                         "wants_more_forgetting": verdict.wants_more_forgetting(),
+                         "holdout_nll": sum(holdout) / len(holdout)}
+            values[BAND] = verdict.band
+            self._log(trainer, verdict.scalars("verify/steering/"))
+        if utility:
+            self.utility_looks += 1
+            mu = report.summary.get("model_utility")
+            if self.start_utility is None and trainer.global_step == 0:
+                self.start_utility = mu
+            values["model_utility"] = mu
+            values["model_utility_ratio"] = None if not self.start_utility or mu is None else mu / self.start_utility
+        return {n: values.get(n) for n in names}
+
+    def forget_loss_goal(self, trainer=None, pl_module=None) -> float | None:
+        """The current model's mean answer NLL on the steering half's holdout items, at the last look: how
+        unfamiliar unseen items of the same kind are to this model now."""
+        return None if self.last is None else self.last["holdout_nll"]
+
+    def holdout_loss(self) -> float | None:
+        """The same, for methods that bound their forget objective by it (OFMU's forget_ceiling='holdout')."""
+        return self.forget_loss_goal()
+
+    def wants_more_forgetting(self) -> bool | None:
+        return None if self.last is None else self.last["wants_more_forgetting"]
+
+    # ----- the report (reporting half) ---------------------------------------------------------------------------------
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.global_step != 0:
+            return
+        if self.start_utility is None:  # the target's utility: the ratio's baseline (a look at utility only)
+            self.target_values(trainer, pl_module, list(UTILITY_METRICS))
+        if self.before is None:
+            report = self._evaluator(trainer, "reporting").run(pl_module.network, pl_module.device,
+                                                               only=self._passes())
+            self.before = self._verdict(report, "reporting").as_dict()
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if self.halves is None:
+            return
+        report = self._evaluator(trainer, "reporting").run(pl_module.network, pl_module.device)
+        verdict = self._verdict(report, "reporting")
+        mu = report.summary.get("model_utility")
+        self.after = {"verdict": verdict.as_dict(), "model_utility": mu,
+                      "model_utility_ratio": None if not self.start_utility or mu is None else mu / self.start_utility,
+                      "summary": report.summary,
+                      # the reporting half's per-item attack scores, in the order of split.{side}.reporting
+                      "per_item": {k: v for k, v in report.per_item["mia"].items() if not k.endswith("_nll")}}
+        gold = self._gold_standard(trainer)
+        result = self.result(gold)
+        folder = trainer.log_dir or trainer.default_root_dir
+        if trainer.is_global_zero:
+            scalars = verdict.scalars("verify/")
+            if self.after["model_utility_ratio"] is not None:
+                scalars["verify/model_utility_ratio"] = self.after["model_utility_ratio"]
+            scalars["verify/looks"] = float(self.looks)
+            self._log(trainer, scalars)
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            (Path(folder) / "holdout_verification.json").write_text(json.dumps(result, indent=1, default=float))
+            table = holdout_table(result)
+            (Path(folder) / "holdout_verification.md").write_text(table + "\n")
+            say("\n" + table)
+        if hasattr(pl_module, "run_report"):
+            v = result["after"]["verdict"]
+            pl_module.run_report.notes.append(
+                f"reference-free verification (reporting half): {'PASSED' if v['passed'] else 'FAILED'}, band "
+                f"{v['band']:.3f} vs δ {v['delta']:.3f} (worst: {v['worst_attack']}); {self.looks} looks at the "
+                "steering half")
+
+    def _gold_standard(self, trainer) -> dict | None:
+        """The retain-only model's verdict on the same reporting half, from its saved report (never decides)."""
+        if self.gold_standard is None:
+            return None
+        path = Path(self.gold_standard)
+        if self.gold_standard == "world":
+            path = Path(getattr(self._source, "path", "")).parent / f"retain_only_{self.level}_eval.json"
+        if not path.is_file():
+            raise UserError(f"HoldoutVerification(gold_standard={self.gold_standard!r}): {path} not found")
+        mia = (json.loads(path.read_text()).get("per_item") or {}).get("mia") or {}
+        if not any(f"forget_{a}" in mia for a in self.attacks):
+            return {"path": str(path), "note": "the report has no per-item attack scores (evaluate it again)"}
+        return {"path": str(path), "verdict": self._verdict(None, "reporting", mia).as_dict()}
+
+    def result(self, gold: dict | None = None) -> dict:
+        return {"level": self.level, "delta": self.delta, "alpha": self.alpha, "attacks": self.attacks,
+                "looks": self.looks, "utility_looks": self.utility_looks,
+                "split": {side: h.as_dict() for side, h in self.halves.items()},
+                "before": self.before, "after": self.after, "last_steering_look": self.last,
+                "gold_standard": gold}
+
+    @staticmethod
+    def _log(trainer, scalars: dict[str, float]) -> None:
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.log_metrics(scalars, step=trainer.global_step)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"looks": self.looks, "utility_looks": self.utility_looks, "start_utility": self.start_utility,
+                "last": self.last, "before": self.before}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.looks, self.utility_looks = state_dict["looks"], state_dict["utility_looks"]
+        self.start_utility, self.last, self.before = state_dict["start_utility"], state_dict["last"], \
+            state_dict["before"]
+
+
+def holdout_table(result: dict) -> str:
+    """The reference-free verification as a markdown table: per attack, the AUC and its interval before and after
+    (and the gold standard's, where given), then the verdict."""
+    after, before = result["after"]["verdict"], (result.get("before") or {})
+    gold = ((result.get("gold_standard") or {}).get("verdict")) or {}
+    conf = f"{after['confidence']:.0%}"
+    head = ["attack", f"target AUC [{conf}]", f"unlearned AUC [{conf}]"]
+    if gold:
+        head.append("retain-only model (gold standard)")
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def cell(verdict, attack):
+        iv = (verdict.get("intervals") or {}).get(attack)
+        return "n/a" if iv is None else f"{iv['auc']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]"
+
+    for attack in after["intervals"]:
+        line = [attack, cell(before, attack), cell(after, attack)] + ([cell(gold, attack)] if gold else [])
+        rows.append("| " + " | ".join(line) + " |")
+    band = ["band (passes iff ≤ δ)", f"{before['band']:.3f}" if before else "n/a", f"{after['band']:.3f}"]
+    rows.append("| " + " | ".join(band + ([f"{gold['band']:.3f}"] if gold else [])) + " |")
+    verdict = "PASSED" if after["passed"] else "FAILED"
+    mu = result["after"].get("model_utility_ratio")
+    n, g = after["n_items"], after["n_groups"]
+    lines = [f"## Reference-free verification: {verdict}", "",
+             f"Forget vs holdout membership AUCs on the reporting half ({n['forget']} forget items of {g['forget']} "
+             f"authors, {n['holdout']} holdout items of {g['holdout']} authors; split {result['split']['forget']['by']},"
+             f" seed {result['split']['forget']['seed']}). Forgotten = every interval inside 0.5 ± δ, "
+             f"δ = {result['delta']:.3f}" + (f" (forget{result['level']})" if result.get("level") else "") + ".", "",
+             *rows, "",
+             f"- model utility / the target's: {mu:.3f}" if mu is not None else "- model utility: n/a",
+             f"- looks at the steering half during the run: {result['looks']} (model utility read "
+             f"{result['utility_looks']} times, on the same items as reported)",
+             *[f"- {note}" for note in after.get("notes", [])]]
+    if gold:
+        lines.append(f"- gold standard: the retain-only model ({result['gold_standard']['path']}), "
+                     f"{'passes' if gold['passed'] else 'fails'} on the same half; no decision read it")
+    return "\n".join(lines)
+
+
+def _spread(values: list, positions, n: int) -> list:
+    """A half's values placed at their items' positions in the whole split (None elsewhere)."""
+    out = [None] * n
+    for v, i in zip(values, positions):
+        out[i] = v
+    return out

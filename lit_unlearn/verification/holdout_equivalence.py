@@ -1,0 +1,210 @@
+"""Forgetting verified without a retrained model: is the forget set as unfamiliar to the model as a holdout set of
+the same kind that it never saw?
+
+A membership attack gives each item a score (higher: "not trained on": the answer NLL, zlib, Min-K %, Min-K %++,
+the gradient norm). Its AUC between forget items and holdout items is P(holdout score > forget score):
+- ≈ 1: the forget items still look trained on (the target, or shallow forgetting);
+- ≈ 0.5: the model cannot tell them apart, as a model that never saw either;
+- ≈ 0: the forget items look *less* familiar than unseen data (over-forgetting: the "Streisand effect", which
+  also reveals what was removed).
+
+The decision is an equivalence test, two-sided: "forgotten" means every attack's (1 − 2α) confidence interval lies
+inside 0.5 ± δ (two one-sided tests at level α each, as a confidence interval inside the margin). Not rejecting
+"AUC = 0.5" would not do: with 40 items almost nothing is rejected.
+
+Intervals come from a bootstrap that respects authors: items of one author are correlated (one biography, one
+style), so each replicate resamples authors with replacement and then items within each drawn author, on the forget
+and holdout sides independently, and all attacks are scored on the same replicates. With fewer than 4 authors a
+side (TOFU's forget01 and holdout01: 2) there is no author level to resample from, so the authors are kept and only
+their items are resampled: the interval is item-level and optimistic (it ignores how much the authors differ), and
+the verdict's notes say so. δ, calibrated on never-trained models with the same authors, absorbs what it ignores.
+
+δ is calibrated on models that provably never saw the forget set (docs/verification.md; lit_unlearn.verification.
+holdout_calibration), not chosen. Everything here is numpy; no model, no framework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+__all__ = ["ATTACKS", "auc", "group_indices", "bootstrap_counts", "group_bootstrap", "AttackInterval", "EquivalenceVerdict",
+           "equivalence_verdict", "tost_p_value", "FEW_AUTHORS"]
+
+ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm")
+FEW_AUTHORS = 4  # with fewer authors a side the author-level resampling barely varies: say the interval is optimistic
+
+
+def auc(forget: Sequence[float], holdout: Sequence[float]) -> float:
+    """P(holdout score > forget score) + ½·P(tie): the Mann-Whitney U statistic over |forget|·|holdout|."""
+    return float(_aucs(np.asarray(forget, dtype=np.float64)[None], np.asarray(holdout, dtype=np.float64)[None])[0])
+
+
+def _aucs(forget: np.ndarray, holdout: np.ndarray) -> np.ndarray:
+    """Row-wise AUCs of [k, n_f] forget and [k, n_h] holdout score matrices (ties get the average rank)."""
+    from scipy.stats import rankdata
+
+    n_f, n_h = forget.shape[1], holdout.shape[1]
+    ranks = rankdata(np.concatenate([forget, holdout], axis=1), axis=1)
+    u = ranks[:, n_f:].sum(axis=1) - n_h * (n_h + 1) / 2.0
+    return u / (n_f * n_h)
+
+
+def group_indices(groups: Sequence) -> list[np.ndarray]:
+    """The item indices of each group, groups in order of first appearance."""
+    order: dict = {}
+    for i, g in enumerate(groups):
+        order.setdefault(g, []).append(i)
+    return [np.asarray(v, dtype=np.int64) for v in order.values()]
+
+
+def bootstrap_counts(members: list[np.ndarray], n_items: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """[n_boot, n_items]: how many times each item is drawn in each replicate.
+
+    With at least FEW_AUTHORS groups, two levels: len(members) groups with replacement, then each drawn group's
+    items with replacement (as many as it has). With fewer, the groups stay as they are and only their items are
+    resampled: drawing 2 authors with replacement gives one author twice in half the draws, an interval made of
+    which author happened to be drawn rather than of the data. Random draws, in order: the groups ([n_boot, G]
+    integers; none with fewer than FEW_AUTHORS), then one uniform number per (replicate, group slot, item slot)
+    ([n_boot, G, largest group]); item slot j of a drawn group of m items picks its item floor(u·m) if j < m."""
+    sizes = np.array([len(m) for m in members])
+    n_groups, widest = len(members), int(sizes.max())
+    padded = np.zeros((n_groups, widest), dtype=np.int64)
+    for g, m in enumerate(members):
+        padded[g, :len(m)] = m
+    if n_groups >= FEW_AUTHORS:
+        chosen = rng.integers(0, n_groups, size=(n_boot, n_groups))
+    else:
+        chosen = np.broadcast_to(np.arange(n_groups), (n_boot, n_groups))
+    u = rng.random((n_boot, n_groups, widest))
+    m = sizes[chosen][..., None]                                  # [B, G, 1] the drawn groups' sizes
+    items = padded[chosen[..., None], np.floor(u * m).astype(np.int64)]
+    valid = np.arange(widest) < m
+    rows = np.broadcast_to(np.arange(n_boot)[:, None, None], items.shape)
+    counts = np.zeros((n_boot, n_items))
+    np.add.at(counts, (rows[valid], items[valid]), 1.0)
+    return counts
+
+
+def group_bootstrap(forget: Mapping[str, Sequence[float]], holdout: Mapping[str, Sequence[float]],
+                    forget_groups: Sequence, holdout_groups: Sequence, n_boot: int = 2000,
+                    seed: int = 0) -> dict[str, np.ndarray]:
+    """Bootstrap replicates of every attack's AUC: {attack: [n_boot]}. Every attack is scored on the same resampled
+    items, so the replicates are joint (a decision over all attacks sees their correlation). A resample is a count
+    per item, so its AUC is Σ w_i v_j c_ij / (Σw Σv) with c_ij = [h_j > f_i] + ½[h_j = f_i]: one matrix product
+    per attack for all replicates."""
+    attacks = list(forget)
+    f = {a: np.asarray(forget[a], dtype=np.float64) for a in attacks}
+    h = {a: np.asarray(holdout[a], dtype=np.float64) for a in attacks}
+    n_f, n_h = len(forget_groups), len(holdout_groups)
+    if any(f[a].size != n_f or h[a].size != n_h for a in attacks):
+        raise ValueError(f"scores and groups differ in length: forget {[f[a].size for a in attacks]} vs {n_f}, "
+                         f"holdout {[h[a].size for a in attacks]} vs {n_h}")
+    rng = np.random.default_rng(seed)
+    w = bootstrap_counts(group_indices(forget_groups), n_f, n_boot, rng)
+    v = bootstrap_counts(group_indices(holdout_groups), n_h, n_boot, rng)
+    norm = w.sum(axis=1) * v.sum(axis=1)
+    out = {}
+    for a in attacks:
+        c = (h[a][None, :] > f[a][:, None]) + 0.5 * (h[a][None, :] == f[a][:, None])
+        out[a] = ((w @ c) * v).sum(axis=1) / norm
+    return out
+
+
+@dataclass(frozen=True)
+class AttackInterval:
+    attack: str
+    auc: float        # on the items themselves
+    low: float        # the (1 − 2α) percentile interval of the bootstrap replicates
+    high: float
+
+    def deviation(self) -> float:
+        """How far the interval reaches from 0.5: the half-width of the smallest band around 0.5 that holds it."""
+        return max(0.5 - self.low, self.high - 0.5)
+
+    def side(self) -> str:
+        """'remembers' (forget items look trained on), 'over-forgotten' (less familiar than unseen data)."""
+        return "remembers" if self.high - 0.5 >= 0.5 - self.low else "over-forgotten"
+
+
+@dataclass
+class EquivalenceVerdict:
+    delta: float
+    alpha: float
+    intervals: dict[str, AttackInterval]
+    n_items: dict[str, int]          # {"forget": n, "holdout": n}
+    n_groups: dict[str, int]
+    n_boot: int
+    seed: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def band(self) -> float:
+        """The half-width of the smallest band around 0.5 holding every attack's interval (passes iff ≤ δ)."""
+        return max(iv.deviation() for iv in self.intervals.values())
+
+    @property
+    def passed(self) -> bool:
+        return self.band <= self.delta
+
+    @property
+    def worst(self) -> AttackInterval:
+        return max(self.intervals.values(), key=AttackInterval.deviation)
+
+    def failing(self) -> list[AttackInterval]:
+        return [iv for iv in self.intervals.values() if iv.deviation() > self.delta]
+
+    def wants_more_forgetting(self) -> bool:
+        """Failed, and every failing attack says the forget items still look trained on."""
+        failing = self.failing()
+        return bool(failing) and all(iv.side() == "remembers" for iv in failing)
+
+    def as_dict(self) -> dict:
+        return {"passed": self.passed, "band": self.band, "delta": self.delta, "alpha": self.alpha,
+                "confidence": 1 - 2 * self.alpha, "worst_attack": self.worst.attack,
+                "intervals": {a: asdict(iv) for a, iv in self.intervals.items()}, "n_items": self.n_items,
+                "n_groups": self.n_groups, "n_boot": self.n_boot, "seed": self.seed, "notes": self.notes}
+
+    def scalars(self, prefix: str = "") -> dict[str, float]:
+        """Flat numbers for loggers: per attack auc/low/high, and band, delta, passed."""
+        out = {f"{prefix}band": self.band, f"{prefix}delta": self.delta, f"{prefix}passed": float(self.passed)}
+        for a, iv in self.intervals.items():
+            out.update({f"{prefix}{a}_auc": iv.auc, f"{prefix}{a}_low": iv.low, f"{prefix}{a}_high": iv.high})
+        return out
+
+
+def equivalence_verdict(forget: Mapping[str, Sequence[float]], holdout: Mapping[str, Sequence[float]],
+                        forget_groups: Sequence, holdout_groups: Sequence, delta: float, alpha: float = 0.05,
+                        n_boot: int = 2000, seed: int = 0) -> EquivalenceVerdict:
+    """The two-sided equivalence test of forget vs holdout membership AUCs (see the module docstring)."""
+    if not 0 < delta <= 0.5:
+        raise ValueError(f"delta must be in (0, 0.5], got {delta}")
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
+    missing = sorted(set(forget) ^ set(holdout))
+    if missing:
+        raise ValueError(f"attacks scored on one side only: {missing}")
+    replicates = group_bootstrap(forget, holdout, forget_groups, holdout_groups, n_boot, seed)
+    intervals = {}
+    for a, reps in replicates.items():
+        low, high = np.quantile(reps, [alpha, 1 - alpha])
+        intervals[a] = AttackInterval(a, auc(forget[a], holdout[a]), float(low), float(high))
+    n_groups = {"forget": len(set(forget_groups)), "holdout": len(set(holdout_groups))}
+    notes = []
+    if min(n_groups.values()) < FEW_AUTHORS:
+        notes.append(f"only {n_groups['forget']} forget and {n_groups['holdout']} holdout authors: too few to "
+                     "resample authors, so only items within each author are resampled; the intervals are "
+                     "item-level and optimistic (items of one author are correlated)")
+    return EquivalenceVerdict(float(delta), float(alpha), intervals,
+                              {"forget": len(forget_groups), "holdout": len(holdout_groups)}, n_groups, n_boot, seed,
+                              notes)
+
+
+def tost_p_value(replicates: Sequence[float], delta: float) -> float:
+    """The bootstrap two-one-sided-tests p-value for |AUC − 0.5| < δ: the larger of the shares of replicates at or
+    beyond either margin (equivalence at level α iff p < α, up to the percentile interval's discreteness)."""
+    reps = np.asarray(replicates, dtype=np.float64)
+    return float(max(np.mean(reps <= 0.5 - delta), np.mean(reps >= 0.5 + delta)))
+
