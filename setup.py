@@ -51,7 +51,7 @@ setup(
         "lit_unlearn.callbacks": "callbacks",
         "lit_unlearn.configs": "configs",
     },
-    package_data={"lit_unlearn.configs": ["*.yaml"], "lit_unlearn.data": ["tofu_release/*"],
+    package_data={"lit_unlearn.configs": ["*.yaml", "*/*.yaml", "*/*/*.yaml"], "lit_unlearn.data": ["tofu_release/*"],
                   "lit_unlearn.verification": ["*.json"]},
     include_package_data=True,
     # torch is pinned by the install instructions (a CPU wheel is installed first); a range here keeps pip

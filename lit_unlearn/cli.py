@@ -28,14 +28,18 @@ __all__ = ["main", "top_help", "command_help", "parse_function_arguments"]
 
 def top_help(commands: dict[str, Command]) -> str:
     from lit_unlearn.launch.presets import describe_configs
+    from lit_unlearn.packaged_files import KINDS
 
     lines = ["usage: lit-unlearn [--verbose] [--debug] COMMAND [options]", "",
              "Machine unlearning with PyTorch Lightning: HAMU, OFMU and the baselines, verified against a model",
-             "retrained without the forget set.", "", "commands:"]
+             "retrained without the forget set (vision) or against holdout data it never saw (LLMs).", "", "commands:"]
     width = max(len(n) for n in commands)
     lines += [f"  {name:{width}s}  {cmd.purpose}" for name, cmd in commands.items()]
-    lines += ["", "presets (--preset NAME; `lit-unlearn configs` shows their paths):"]
-    lines += [f"  {name:32s} {purpose}" for name, purpose, _ in describe_configs()]
+    lines += ["", "presets (--preset NAME), by the command that runs them (`lit-unlearn configs` shows their paths):"]
+    for kind, (_, runners) in KINDS.items():
+        if runners:
+            lines.append(f"  {' / '.join(runners)}:")
+            lines += [f"    {name:30s} {purpose}" for name, _, purpose, _ in describe_configs(kind)]
     lines += ["", "options:", "  --verbose    show the libraries' own info lines and warnings (hidden by default)",
               "  --debug      show the traceback of user errors", "",
               "`lit-unlearn COMMAND --help` shows a command's options. Docs: README.md and docs/."]
@@ -119,7 +123,7 @@ def training_options(cmd: Command):
 
 def command_help(cmd: Command) -> str:
     if not cmd.training:
-        return _parser(cmd).format_help()
+        return _parser(cmd).format_help() + "\n".join(_presets_help(cmd)[1:] + [""] if _presets_help(cmd) else [])
     options = training_options(cmd)
     usage = " ".join(f"[{o.usage()}]" for o in options)
     doc = inspect.getdoc(cmd.run) or cmd.purpose
@@ -133,9 +137,18 @@ def command_help(cmd: Command) -> str:
               " else start anew) or a checkpoint path",
               f"  {'--KEY=VALUE':24s}any LightningCLI override, e.g. --model.init_args.eta=0.05 --trainer.max_steps=200",
               f"  {'--help-all':24s}every LightningCLI option of the preset (loads Lightning)"]
+    lines += _presets_help(cmd)
     if cmd.examples:
         lines += ["", "examples:", *[f"  {e}" for e in cmd.examples]]
     return "\n".join(lines) + "\n"
+
+
+def _presets_help(cmd: Command) -> list[str]:
+    """The packaged configs this command accepts as --preset (only its kinds)."""
+    from lit_unlearn.launch.presets import describe_configs, kinds_for
+
+    rows = [(name, purpose) for kind in kinds_for(cmd.name) for name, _, purpose, _ in describe_configs(kind)]
+    return ["", "presets (--preset NAME):", *[f"  {name:30s} {purpose}" for name, purpose in rows]] if rows else []
 
 
 def run_command(cmd: Command, argv: list[str]) -> None:
@@ -148,6 +161,10 @@ def run_command(cmd: Command, argv: list[str]) -> None:
     from lit_unlearn.launch.arguments import split_options
 
     values, rest = split_options(argv, training_options(cmd))
+    if values.get("preset"):
+        from lit_unlearn.launch.presets import check_preset
+
+        check_preset(values["preset"], cmd.name)
     if "--help-all" in rest:
         from lit_unlearn.launch.lightning_cli import print_lightning_help
 

@@ -7,8 +7,6 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 
 def cli(args, cwd, env):
     proc = subprocess.run([sys.executable, "-m", "lit_unlearn.cli", *args], cwd=cwd, env=env, capture_output=True,
@@ -17,6 +15,7 @@ def cli(args, cwd, env):
     return proc
 
 
+@pytest.mark.slow
 def test_tofu_demo_meets_its_reference_free_target_and_standalone_eval_reproduces_the_callback(
         tmp_path, subprocess_env, tofu_world):
     """The default job as a user runs it (world seed 0, forget01): HAMU with the quota controller stops when every
@@ -60,6 +59,11 @@ def test_tofu_demo_meets_its_reference_free_target_and_standalone_eval_reproduce
                                     "tofu_tiny_ofmu", "tofu_tiny_npo", "tofu_tiny_simnpo", "tofu_tiny_idkdpo",
                                     "tofu_tiny_rmu", "tofu_llama2_7b_simnpo", "tofu_llama2_7b_idkdpo",
                                     "tofu_llama2_7b_rmu", "muse_news_llama2_7b_npo"])
-def test_llm_configs_parse(preset, tmp_path, subprocess_env):
-    out = cli(["unlearn", "--preset", preset, "--print_config"], tmp_path, subprocess_env)
-    assert "class_path: lit_unlearn.models.CausalLM" in out.stdout
+def test_llm_configs_parse(preset, capsys):
+    """Each packaged LLM config parses through the command line (in this process: the process is not the point)."""
+    from lit_unlearn.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["unlearn", "--preset", preset, "--print_config"])
+    assert stop.value.code in (0, None)
+    assert "class_path: lit_unlearn.models.CausalLM" in capsys.readouterr().out

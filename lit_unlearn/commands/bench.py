@@ -19,7 +19,7 @@ def bench(preset: str = "bench_tofu_tiny", config: str | None = None, out: str |
 
     Args:
         preset: a packaged bench config (bench_tofu_tiny, bench_tofu_llama2_7b, bench_muse_tiny, ...)
-        config: a bench config file instead (see configs/bench_tofu_tiny.yaml)
+        config: a bench config file instead (see configs/bench/bench_tofu_tiny.yaml)
         out: output folder (default: the config's out_dir)
         methods: comma-separated subset of the config's methods
         levels: comma-separated forget levels (01,05,10)
@@ -30,7 +30,7 @@ def bench(preset: str = "bench_tofu_tiny", config: str | None = None, out: str |
     from lit_unlearn.console import say
     from lit_unlearn.packaged_files import packaged_config
 
-    spec = load_bench_spec(config or packaged_config(preset))
+    spec = load_bench_spec(config or packaged_config(preset, ("bench",), "bench"))
     if levels:
         spec.forget_levels = [x.strip().zfill(2) for x in levels.split(",")]
     if seeds:

@@ -15,7 +15,7 @@ def experiment(preset: str = "claims_digits", config: str | None = None, out: st
 
     Args:
         preset: a packaged suite config (claims_digits, claims_digits_paper, claims_cifar10)
-        config: a suite config file instead (see configs/claims_digits.yaml)
+        config: a suite config file instead (see configs/experiment/claims_digits.yaml)
         out: output folder (default: the config's out_dir)
         studies: comma-separated subset of trajectories,hardness,quota,stopping,ablation,verification
         plots: write the figures (--no-plots: the CSVs and tables only)
@@ -25,7 +25,7 @@ def experiment(preset: str = "claims_digits", config: str | None = None, out: st
     from lit_unlearn.experiments import STUDIES, load_config, run_suite
     from lit_unlearn.packaged_files import packaged_config
 
-    cfg = load_config(config or packaged_config(preset))
+    cfg = load_config(config or packaged_config(preset, ("experiment",), "experiment"))
     chosen = studies.split(",") if studies else None
     if chosen and (bad := [s for s in chosen if s not in STUDIES]):
         raise UserError(f"unknown studies {bad}; choose from {', '.join(STUDIES)}")

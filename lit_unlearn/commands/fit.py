@@ -6,7 +6,7 @@ from lit_unlearn.commands import command
 
 
 @command("fit", "fit any LightningCLI config (--config FILE ...), with run folders, resume and pre-emption safety",
-         training=True, target=True, order=80, examples=("lit-unlearn fit --config configs/cifar10_hamu.yaml",))
+         training=True, target=True, order=80, examples=("lit-unlearn fit --config configs/unlearn/cifar10/cifar10_hamu.yaml",))
 def fit(lightning_args: list[str], target: str | None = None) -> None:
     """Fit the model and data of LightningCLI configs (--config FILE, repeatable; each one's `# extends:` chain
     first) and --KEY=VALUE overrides."""

@@ -1,6 +1,6 @@
 """The CV experiment suite: reruns the HAMU paper's comparisons and checks its claims on our own numbers.
 
-Studies (each optional, driven by one YAML file such as configs/claims_digits.yaml):
+Studies (each optional, driven by one YAML file such as configs/experiment/claims_digits.yaml):
 - trajectories: ΔL_f and −ΔL_r per epoch for every method at each ρ (ρ-mixture forget sets);
 - hardness:     Pearson correlation between HAMU's mean κ̄ (clipped g_r·g_f, over steps) and ρ;
 - quota:        HAMU's ΔL_f after a fixed budget against Q/η, with the R² of a linear fit;
@@ -75,7 +75,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raise MissingFileError(f"experiment config {path} not found (packaged ones: `lit-unlearn configs`)")
     cfg = yaml.safe_load(path.read_text()) or {}
     if not isinstance(cfg, dict):
-        raise UserError(f"{path}: an experiment config is a mapping of keys (see configs/claims_digits.yaml)")
+        raise UserError(f"{path}: an experiment config is a mapping of keys (see configs/experiment/claims_digits.yaml)")
     _check_keys(cfg, "", path)
     for section in SCHEMA:
         if section and isinstance(cfg.get(section), dict):

@@ -2,8 +2,11 @@
 
 `UnlearnCLI(args, run=False, manage_runs=True)` parses a preset's configs plus the user's arguments (no
 subcommand; `--ckpt_path` added), claims the run's folder before the objects are built
-(lit_unlearn.launch.cluster), and builds model, datamodule and trainer, so that `lit_unlearn.launch.runs` can adjust
-and fit them. A construction that fails leaves no empty run folder behind.
+(lit_unlearn.launch.cluster), and builds the model, the datamodule, the Trainer's arguments and its callbacks
+(`trainer_arguments`, `trainer_callbacks`): `lit_unlearn.launch.runs.build_run` turns them into a RunSpec, whose
+Trainer the one builder makes (lit_unlearn.launch.trainer_builder). With run=True (`lit-unlearn validate|test|
+predict`) it is plain LightningCLI, its Trainer made by the same builder. A construction that fails leaves no
+empty run folder behind.
 """
 
 from __future__ import annotations
@@ -57,19 +60,24 @@ class UnlearnCLI(LightningCLI):
 
             self.run_folder = assign_run_folder(self.config)
 
-    def _instantiate_trainer(self, config, callbacks):
-        from lightning.pytorch.callbacks import ProgressBar
+    def instantiate_trainer(self, **kwargs):
+        """The Trainer's arguments and callbacks, LightningCLI's own included (its callback arguments and the
+        config saver), gathered as LightningCLI.instantiate_trainer gathers them. Standalone (run=False) they are
+        kept for `build_run`; a subcommand's Trainer is built now, by the same builder."""
+        parser = self._parser(self.subcommand)
+        config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        callbacks = config.pop("callbacks", None) or []
+        callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+        callbacks += [self._get(self.config_init, key) for key in parser.callback_keys]
+        if self.save_config_callback and not config.get("fast_dev_run", False):
+            callbacks.append(self.save_config_callback(parser, self.config.get(str(self.subcommand), self.config),
+                                                       **self.save_config_kwargs))
+        self.trainer_arguments, self.trainer_callbacks = config, callbacks
+        if self._standalone:
+            return None
+        from lit_unlearn.launch.trainer_builder import build_trainer
 
-        from lit_unlearn.callbacks.step_progress import StepProgressBar
-
-        listed = [*(config.get("callbacks") or []), *callbacks]
-        if config.get("enable_progress_bar", True) is not False and not any(isinstance(c, ProgressBar) for c in listed):
-            callbacks = [*callbacks, StepProgressBar()]  # steps, not "Epoch 19/-2", for step-bounded runs
-        if self.run_folder is not None:
-            from lit_unlearn.launch.cluster import cluster_ready
-
-            callbacks = cluster_ready(config, callbacks, self.run_folder)
-        return super()._instantiate_trainer(config, callbacks)
+        return build_trainer(config, callbacks, progress=config.get("enable_progress_bar", True) is not False)
 
     def add_arguments_to_parser(self, parser) -> None:
         if self._standalone:

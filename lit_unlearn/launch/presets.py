@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from lit_unlearn.errors import MissingFileError, UserError
-from lit_unlearn.packaged_files import list_configs, packaged_config
+from lit_unlearn.packaged_files import KINDS, config_kind, list_configs, packaged_config
 
-__all__ = ["config_chain", "describe_configs", "list_configs", "packaged_config", "header_comment", "extends_of"]
+__all__ = ["config_chain", "describe_configs", "list_configs", "packaged_config", "header_comment", "extends_of",
+           "kinds_for", "check_preset"]
 
 
 def header_comment(path: str | Path) -> list[str]:
@@ -67,10 +68,24 @@ def config_chain(name_or_path: str) -> list[str]:
     return chain
 
 
-def describe_configs() -> list[tuple[str, str, str]]:
-    """(name, one-line purpose, path) of every packaged config; the purpose is the first sentence of its header."""
+def kinds_for(command: str) -> tuple[str, ...]:
+    """The config kinds a command runs (lit_unlearn.packaged_files.KINDS)."""
+    return tuple(kind for kind, (_, commands) in KINDS.items() if command in commands)
+
+
+def check_preset(name_or_path: str, command: str) -> None:
+    """A packaged config name given to `command` must be of a kind it runs (a file path is the user's own)."""
+    candidate = Path(name_or_path).expanduser()
+    if candidate.suffix in (".yaml", ".yml") or len(candidate.parts) > 1 or candidate.is_file():
+        return
+    packaged_config(name_or_path, kinds_for(command), command)
+
+
+def describe_configs(kind: str | None = None) -> list[tuple[str, str, str, str]]:
+    """(name, kind, one-line purpose, path) of every packaged config (or of one kind); the purpose is the first
+    sentence of its header."""
     out = []
-    for name in list_configs():
+    for name in list_configs(kind):
         path = packaged_config(name)
         header = []
         for line in header_comment(path):
@@ -79,5 +94,5 @@ def describe_configs() -> list[tuple[str, str, str]]:
             header.append(line)
         text = " ".join(header)
         sentence = text.split(". ")[0].rstrip(".")
-        out.append((name, sentence if len(sentence) <= 110 else sentence[:107] + "...", path))
+        out.append((name, config_kind(name), sentence if len(sentence) <= 110 else sentence[:107] + "...", path))
     return out

@@ -1,6 +1,10 @@
-"""The one launch path. Every training run goes through `fit_run`, whichever command starts it: the training
-commands (a preset plus LightningCLI arguments, `build_run`) and the runs built in code (`launch` of a `RunSpec`:
-bench grid points, experiment runs, a world's tiny models, retrained references).
+"""The one launch path. Every training run is a `RunSpec` fitted by `fit_run`, with two front ends:
+- code: a `RunSpec` built by its caller (bench grid points, experiment runs, a world's tiny models, retrained
+  references), `launch(spec)`;
+- the command line: `build_run` parses a preset plus LightningCLI arguments (LightningCLI builds the model, the
+  datamodule and the Trainer's arguments and claims the run folder) into the same `RunSpec`.
+Both are made ready by `prepare_launch`, which builds the one kind of Trainer (`build_trainer`): callbacks in their
+declared order, the progress bar, and what every managed run gets (lit_unlearn.launch.trainer_builder).
 
 So every run has its own folder (lit_unlearn.launch.run_folder) and resumes from it (`ckpt_path` 'last', 'auto',
 a path, or a SLURM requeue), saves a consistent checkpoint at the next step boundary on SIGUSR1/SIGTERM and
@@ -40,6 +44,10 @@ class RunSpec:
     final_checkpoint: bool = False        # keep the final weights as checkpoints/last.ckpt
     progress: bool = False                # a step progress bar (on a terminal)
     configure: Any = None                 # called with the built model before fitting (e.g. switch its report off)
+    run: Any = None                       # a run folder already claimed (the command line claims it before it
+                                          # builds the objects, whose logger and checkpoints point into it)
+    managed: bool = True                  # False: no run folder (a command that only reads a config)
+    from_command_line: bool = False
 
 
 @dataclass
@@ -60,92 +68,93 @@ def launch(spec: RunSpec) -> Launched:
 
 
 def prepare_launch(spec: RunSpec) -> Launched:
-    """The objects of `spec` and its run folder, ready for `fit_run`."""
+    """The objects of `spec`, its run folder (claimed now, or the one the command line claimed) and its Trainer,
+    ready for `fit_run`."""
     import lightning.pytorch as pl
 
-    from lit_unlearn.launch.cluster import cluster_ready, command_line
+    from lit_unlearn.launch.cluster import command_line
     from lit_unlearn.launch.run_folder import prepare_run, release_claim
+    from lit_unlearn.launch.trainer_builder import build_trainer
     from lit_unlearn.quiet import quiet_lightning
     from lit_unlearn.specs import build
 
     quiet_lightning()
-    pl.seed_everything(spec.seed, verbose=False)
+    run = spec.run
+    trainer_args: dict[str, Any] = dict(spec.trainer)
+    if not spec.from_command_line:  # built in code: seed, build the objects, claim the folder
+        pl.seed_everything(spec.seed, verbose=False)
+        trainer_args = {"logger": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
+                        "accelerator": "cpu", "devices": 1, **trainer_args}
     model = build(spec.model) if isinstance(spec.model, dict) else spec.model
     data = build(spec.data) if isinstance(spec.data, dict) else spec.data
     if spec.configure is not None:
         spec.configure(model)
-    if spec.identity is None and not (isinstance(spec.model, dict) and isinstance(spec.data, dict)):
-        raise ValueError("RunSpec with built objects needs `identity` (what defines the run)")
-    identity = spec.identity if spec.identity is not None else \
-        {"model": spec.model, "data": spec.data, "seed_everything": spec.seed}
-    run = prepare_run(spec.root, identity, spec.ckpt_path, command=command_line())
+    if run is None and spec.managed and not spec.from_command_line:
+        if spec.identity is None and not (isinstance(spec.model, dict) and isinstance(spec.data, dict)):
+            raise ValueError("RunSpec with built objects needs `identity` (what defines the run)")
+        identity = spec.identity if spec.identity is not None else \
+            {"model": spec.model, "data": spec.data, "seed_everything": spec.seed}
+        run = prepare_run(spec.root, identity, spec.ckpt_path, command=command_line())
     try:
-        trainer_args: dict[str, Any] = {"logger": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
-                                        "accelerator": "cpu", "devices": 1, **spec.trainer}
         callbacks = list(spec.callbacks)
-        if spec.progress:
-            from lit_unlearn.callbacks.step_progress import StepProgressBar
-
-            callbacks.append(StepProgressBar())
-        else:
-            trainer_args.setdefault("enable_progress_bar", False)
         if spec.final_checkpoint:
             from lit_unlearn.callbacks.final_checkpoint import FinalCheckpoint
 
             callbacks.append(FinalCheckpoint(dirpath=str(run.checkpoints), save_top_k=0, save_last=True))
-        else:
+        elif not spec.from_command_line:
             trainer_args.setdefault("enable_checkpointing", False)
-        if isinstance(trainer_args.get("strategy"), dict):  # e.g. DeepSpeed ZeRO-3 in a 7B bench config
-            trainer_args["strategy"] = build(trainer_args["strategy"])
-        callbacks = cluster_ready(trainer_args, callbacks, run)
-        trainer = pl.Trainer(default_root_dir=str(run.path), callbacks=callbacks, **trainer_args)
+        trainer = build_trainer(trainer_args, callbacks, run, spec.progress)
     except BaseException:
-        run.remove_if_empty()
-        release_claim(run)
+        if run is not None:
+            run.remove_if_empty()
+            release_claim(run)
         raise
-    return Launched(trainer, model, data, run)
+    return Launched(trainer, model, data, run, None if run is not None else spec.ckpt_path,
+                    from_command_line=spec.from_command_line)
 
 
-def add_target(trainer, target: str) -> None:
+def add_target(callbacks: list, target: str) -> None:
     """Retarget the run's StopAtTarget, or add one (with a retrained reference when the target needs it)."""
-    from lightning.pytorch.callbacks import Checkpoint
-
     from lit_unlearn.callbacks import ForgettingVerification, StopAtTarget
     from lit_unlearn.verification.targets import parse_targets
 
     parts = parse_targets(target)
-    callbacks = trainer.callbacks
     stopper = next((cb for cb in callbacks if isinstance(cb, StopAtTarget)), None)
-    at = next((i for i, cb in enumerate(callbacks) if isinstance(cb, Checkpoint)), len(callbacks))
     if stopper is not None:
         stopper.target = target
         return
-    new = [StopAtTarget(target)]
+    callbacks.append(StopAtTarget(target))  # its place in the order is CALLBACK_ORDER's
     if any(p.needs_reference for p in parts) and parts[0].info.kind == "classifier" and \
             not any(isinstance(cb, ForgettingVerification) for cb in callbacks):
-        new.insert(0, ForgettingVerification())
-    callbacks[at:at] = new  # before the checkpoint callbacks: the closest weights are restored before they save
+        callbacks.append(ForgettingVerification())
 
 
 def build_run(lightning_args: list[str], preset: str | None = None, target: str | None = None,
               manage_runs: bool = True) -> Launched:
-    """The objects of a training command: the preset's configs, then the user's LightningCLI arguments (LightningCLI
-    builds model, datamodule and trainer); `target` adds or retargets a StopAtTarget. manage_runs: the run gets its
-    own folder and resume logic; off for commands that only read a config (`lit-unlearn retrain`)."""
+    """The command-line front end: the preset's configs, then the user's LightningCLI arguments (LightningCLI
+    builds model, datamodule and the Trainer's arguments, and claims the run's folder), as a RunSpec made ready
+    by `prepare_launch`; `target` adds or retargets a StopAtTarget. manage_runs: the run gets its own folder and
+    resume logic; off for commands that only read a config (`lit-unlearn retrain`)."""
     from lit_unlearn.launch.arguments import lightning_arguments
     from lit_unlearn.launch.lightning_cli import UnlearnCLI
 
     cli = UnlearnCLI(args=lightning_arguments(preset, lightning_args), run=False, manage_runs=manage_runs)
     try:
         cli.record_network_spec()
+        callbacks = list(cli.trainer_callbacks)
         if target is not None:
-            add_target(cli.trainer, target)
+            add_target(callbacks, target)
+        args = cli.trainer_arguments
+        spec = RunSpec(root=cli.run_folder.path.parent if cli.run_folder else ".", model=cli.model,
+                       data=cli.datamodule, trainer=args, seed=int(cli.config.get("seed_everything") or 0),
+                       callbacks=callbacks, ckpt_path=cli.config.get("ckpt_path"), run=cli.run_folder,
+                       managed=manage_runs, progress=args.get("enable_progress_bar", True) is not False,
+                       from_command_line=True)
+        return prepare_launch(spec)
     except BaseException:
         if cli.run_folder is not None:
             cli.run_folder.remove_if_empty()
         raise
-    return Launched(cli.trainer, cli.model, cli.datamodule, cli.run_folder, cli.config.get("ckpt_path"),
-                    from_command_line=True)
 
 
 def _stop_signal(stop: SystemExit) -> int:

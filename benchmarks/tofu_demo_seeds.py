@@ -1,0 +1,102 @@
+"""`lit-unlearn tofu-demo` per world seed, as a user runs it, and the table docs/llm.md shows.
+
+    python benchmarks/tofu_demo_seeds.py [--level 01] [--seeds 0,1,2] [--worlds runs/tofu/worlds]
+        [--out runs/demo_seeds] [--write docs/generated/tofu_demo_01.md] [-- EXTRA tofu-demo ARGUMENTS]
+
+Per seed: `lit-unlearn tofu-demo --seed S --level L` in its own folder (worlds shared through --worlds), timed
+as a whole, then from the files it wrote: the step the target was met and the step the run ended on, the looks
+at the steering half, the reporting half's verdict (band against δ, each attack's AUC), model utility against
+the target's, and the gold standard (the retain-only model on the same half; forget quality), which no decision
+read. Also the world's own checks: the target's forget quality against the retain-only model and their utility
+gap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_seed(seed: int, level: str, worlds: Path, out: Path, extra: list[str]) -> dict:
+    folder = out / f"level{level}_seed{seed}"
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    command = ["tofu-demo", "--seed", str(seed), "--level", level, "--worlds", str(worlds.resolve()),
+               "--trainer.enable_progress_bar=false", *extra]
+    proc = subprocess.run([sys.executable, "-m", "lit_unlearn", *command], cwd=folder, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    (folder / "tofu-demo.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode:
+        sys.exit(f"seed {seed}: tofu-demo failed (exit {proc.returncode}); see {folder / 'tofu-demo.log'}\n"
+                 + proc.stderr[-2000:])
+    run = max((folder / "runs/tofu").glob("*/version_*"), key=lambda p: p.stat().st_mtime)
+    hv = json.loads((run / "holdout_verification.json").read_text())
+    tofu = json.loads((run / "tofu_results.json").read_text())
+    start = json.loads((run / "tofu_start.json").read_text())
+    stop = [line for line in proc.stdout.splitlines() if line.startswith("- StopAtTarget") or "StopAtTarget '" in line]
+    after = hv["after"]["verdict"]
+    gold = (hv.get("gold_standard") or {}).get("verdict") or {}
+    return {"seed": seed, "level": level, "seconds": round(seconds), "stop": stop[-1].lstrip("- ") if stop else "?",
+            "looks": hv["looks"], "delta": hv["delta"], "band": after["band"], "passed": after["passed"],
+            "worst": after["worst_attack"], "auc": {a: iv["auc"] for a, iv in after["intervals"].items()},
+            "mu_ratio": hv["after"]["model_utility_ratio"], "gold_band": gold.get("band"),
+            "gold_passed": gold.get("passed"), "fq": tofu["summary"].get("forget_quality"),
+            "target_fq": start["summary"].get("forget_quality"),
+            "target_band": (hv.get("before") or {}).get("band"), "command": "lit-unlearn " + " ".join(command)}
+
+
+def table(rows: list[dict]) -> str:
+    attacks = list(rows[0]["auc"])
+    head = ["seed", "stop rule", "looks", "band (δ)", "verdict", *[f"{a} AUC" for a in attacks], "MU / target's",
+            "gold: retain-only band", "gold: forget quality", "target band", "target FQ", "time (s)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["seed"], r["stop"].replace("|", "/"), r["looks"], f"{r['band']:.3f} ({r['delta']:.2f})",
+                 "pass" if r["passed"] else f"FAIL ({r['worst']})", *[f"{r['auc'][a]:.3f}" for a in attacks],
+                 f"{r['mu_ratio']:.3f}", "n/a" if r["gold_band"] is None else f"{r['gold_band']:.3f}",
+                 f"{r['fq']:.3g}", f"{r['target_band']:.3f}", f"{r['target_fq']:.2g}", r["seconds"]]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    met = sum(r["passed"] and r["mu_ratio"] >= 0.95 for r in rows)
+    lines += ["", f"Reporting half passes with model utility ≥ 0.95× the target's: {met} of {len(rows)} seeds."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--level", default="01")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--worlds", default="runs/tofu/worlds")
+    ap.add_argument("--out", default="runs/demo_seeds")
+    ap.add_argument("--write", default=None)
+    args = ap.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 2))
+    rows = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        rows.append(run_seed(seed, args.level, Path(args.worlds), Path(args.out), extra))
+        print(json.dumps(rows[-1]), flush=True)
+    text = table(rows)
+    print(text)
+    if args.write:
+        command = "python benchmarks/tofu_demo_seeds.py " + " ".join(sys.argv[1:])
+        out = Path(args.write)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(f"# tofu-demo at forget{args.level}, per world seed\n\nGenerated by `{command}`; each row is "
+                       f"`{rows[0]['command'].replace(str(Path(args.worlds).resolve()), args.worlds)}` with its seed. "
+                       "The verdict, the AUCs and the utility ratio are on the reporting half, which no decision "
+                       "read; the gold-standard columns (the retain-only model) are reported, never decided on.\n\n"
+                       + text + "\n")
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
