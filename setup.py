@@ -10,6 +10,7 @@ from setuptools import setup
 PACKAGES = [
     "lit_unlearn",
     "lit_unlearn.algorithms",
+    "lit_unlearn.audit",
     "lit_unlearn.bench",
     "lit_unlearn.commands",
     "lit_unlearn.data",

@@ -8,9 +8,9 @@ and measure the pass rates it gives on worlds it was not calibrated on.
    (lit_unlearn.worlds.tofu_world; `--jobs` worlds at a time, one thread each).
 2. Per level and world: the retain-only model's forget-vs-holdout attack scores (its saved report), and the
    target's (scored here), split into the steering and reporting halves exactly as HoldoutVerification splits
-   them; each (world, half) gives the band its intervals need.
-3. δ per level = the largest band of the calibration worlds' retain-only models, rounded up to 0.01
-   (lit_unlearn.verification.holdout_calibration.delta_from_bands).
+   them; each (world, half) gives the band its pooled intervals need and the band its per-author intervals need.
+3. Per level, δ = the largest pooled band and δ_author = the largest per-author band of the calibration worlds'
+   retain-only models, each rounded up to 0.01 (lit_unlearn.verification.holdout_calibration.delta_from_bands).
 4. On the test worlds (never used for δ): the share of (world, half) cases where the retain-only model passes
    (goal ≥ 90 %) and where the target passes (goal 0 %).
 `--write` stores δ and every case in lit_unlearn/verification/holdout_delta.json (the packaged default) and the
@@ -88,9 +88,10 @@ def cases(worlds: str, seeds: list[int], level: str, split_seed: int = 0) -> lis
         for half in ("steering", "reporting"):
             row = {"seed": seed, "half": half}
             for name, mia in models.items():
-                verdict = half_verdict(mia, groups, halves, half, ATTACKS, delta=0.5)
-                row[name] = {"band": verdict.band, "worst": verdict.worst.attack,
-                             "auc": {a: round(iv.auc, 4) for a, iv in verdict.intervals.items()}}
+                verdict = half_verdict(mia, groups, halves, half, ATTACKS, delta=0.5, delta_author=0.5)
+                row[name] = {"pooled": verdict.pooled.band, "author": max(v.band for v in verdict.authors.values()),
+                             "worst": verdict.as_dict()["worst"],
+                             "auc": {a: round(iv.auc, 4) for a, iv in verdict.pooled.intervals.items()}}
             out.append(row)
     return out
 
@@ -116,21 +117,28 @@ def main() -> None:
 
     result = {"delta": {}, "levels": {}, "calibration_seeds": calibration, "test_seeds": test,
               "command": "python benchmarks/calibrate_holdout_delta.py " + " ".join(sys.argv[1:]),
-              "rule": "largest retain-only band over calibration worlds x halves, rounded up to 0.01"}
-    lines = ["| level | δ | calibration cases | retain-only bands (calibration) | test: retain-only passes | "
-             "test: target passes | test: retain-only bands | test: target bands |", "|---|---|---|---|---|---|---|---|"]
+              "rule": "the largest retain-only band (pooled, and per author) over calibration worlds x halves, "
+                      "rounded up to 0.01"}
+    lines = ["| level | δ (pooled) | δ_author | calibration cases | test: retain-only passes | test: target passes | "
+             "calibration: retain-only bands, pooled / per author | test: retain-only bands | test: target bands |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for level in levels:
         cal, tst = cases(args.worlds, calibration, level), cases(args.worlds, test, level)
-        delta = delta_from_bands([c["retain_only"]["band"] for c in cal])
-        ro = [c["retain_only"]["band"] <= delta for c in tst]
-        tg = [c["target"]["band"] <= delta for c in tst]
-        result["delta"][level] = delta
+        delta = delta_from_bands([c["retain_only"]["pooled"] for c in cal])
+        delta_author = delta_from_bands([c["retain_only"]["author"] for c in cal])
+
+        def passes(case):
+            return case["pooled"] <= delta and case["author"] <= delta_author
+
+        ro = [passes(c["retain_only"]) for c in tst]
+        tg = [passes(c["target"]) for c in tst]
+        result["delta"][level] = {"pooled": delta, "author": delta_author}
         result["levels"][level] = {"calibration": cal, "test": tst, "retain_only_pass_rate": sum(ro) / len(ro),
                                    "target_pass_rate": sum(tg) / len(tg)}
-        fmt = lambda xs: ", ".join(f"{x:.3f}" for x in xs)  # noqa: E731
-        lines.append(f"| forget{level} | {delta:.2f} | {len(cal)} | {fmt(sorted(c['retain_only']['band'] for c in cal))}"
-                     f" | {sum(ro)}/{len(ro)} | {sum(tg)}/{len(tg)} | {fmt(c['retain_only']['band'] for c in tst)} | "
-                     f"{fmt(c['target']['band'] for c in tst)} |")
+        fmt = lambda cs, who: ", ".join(f"{c[who]['pooled']:.2f}/{c[who]['author']:.2f}" for c in cs)  # noqa: E731
+        lines.append(f"| forget{level} | {delta:.2f} | {delta_author:.2f} | {len(cal)} | {sum(ro)}/{len(ro)} | "
+                     f"{sum(tg)}/{len(tg)} | {fmt(cal, 'retain_only')} | {fmt(tst, 'retain_only')} | "
+                     f"{fmt(tst, 'target')} |")
     table = "\n".join(lines)
     print(table)
     if args.write:
@@ -140,7 +148,9 @@ def main() -> None:
         out.write_text(f"# δ calibration of the reference-free verification\n\nGenerated by `{result['command']}`.\n"
                        f"Calibration worlds: seeds {calibration}; test worlds: seeds {test}. Rule: {result['rule']}. "
                        "A case is one world and one half (steering or reporting) of the forget and holdout items; "
-                       "its band is the half-width around 0.5 that every attack's interval needs.\n\n" + table + "\n")
+                       "its bands are the half-widths around 0.5 that every attack's interval needs, for all forget "
+                       "items (pooled) and for the worst forget author (per author); a case passes when both are "
+                       "within their δ.\n\n" + table + "\n")
         print(f"wrote {out.relative_to(REPO)} and lit_unlearn/verification/holdout_delta.json")
 
 

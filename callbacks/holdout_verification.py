@@ -8,8 +8,8 @@ labelled "gold standard" when one is given (`gold_standard=`).
 
 Decide on one half, report on the other. The forget and holdout items are split once (lit_unlearn.verification.
 steering_halves, seed `split_seed`) into a steering half and a reporting half:
-- the steering half is what the run may read while it unlearns: `StopAtTarget` measures `holdout_band` (and model
-  utility) on it at its fixed cadence, and HAMU's quota controller steers to its current holdout NLL. Every such
+- the steering half is what the run may read while it unlearns: `StopAtTarget` measures `holdout_band_ratio` (and
+  model utility) on it at its fixed cadence, and HAMU's quota controller steers to its current holdout NLL. Every such
   measurement is a look; the report counts them.
 - the reporting half is evaluated only before the first update (the target's numbers, for the table) and when
   fitting ends, after the stop rule has put back the weights it chose. The verdict, the table
@@ -31,16 +31,16 @@ from lit_unlearn.errors import UserError
 
 __all__ = ["HoldoutVerification", "UTILITY_METRICS", "BAND"]
 
-BAND = "holdout_band"
+BAND = "holdout_band_ratio"
 UTILITY_METRICS = ("model_utility", "model_utility_ratio")
-ITEMS_PER_AUTHOR = 20  # TOFU's layout: a split's items come author by author, 20 each
+ITEMS_PER_AUTHOR = 20  # TOFU's layout: a split's items come author by author, 20 each (steering_halves)
 UTILITY_SPLITS = ("retain", "real_authors", "world_facts")
 
 
 class HoldoutVerification(Callback):
     kind = "tofu"
 
-    def __init__(self, source=None, delta: float | None = None, alpha: float = 0.05,
+    def __init__(self, source=None, delta: float | None = None, delta_author: float | None = None, alpha: float = 0.05,
                  attacks: list[str] | None = None, n_boot: int = 2000, split_seed: int = 0,
                  items_per_author: int = ITEMS_PER_AUTHOR, template: str | None = None, max_length: int | None = None,
                  max_new_tokens: int | None = None, batch_size: int = 32, mia_convention: str = "lit-unlearn",
@@ -48,8 +48,10 @@ class HoldoutVerification(Callback):
         """
         Args:
             source: a TofuSource (default: the datamodule's); its eval splits must include `holdout`.
-            delta: the equivalence margin δ: "forgotten" means every attack's interval lies in 0.5 ± δ. None: the
-                value calibrated for the forget level (lit_unlearn.verification.holdout_calibration).
+            delta: the equivalence margin δ of the pooled test: "forgotten" means every attack's interval lies in
+                0.5 ± δ. None: the value calibrated for the forget level (lit_unlearn.verification.holdout_calibration).
+            delta_author: the margin of the per-author tests (each forget author's items against every holdout
+                item). None: the calibrated value.
             alpha: each one-sided test's level; the intervals are (1 − 2α) percentile intervals.
             attacks: membership attacks to run (default: loss, zlib, min_k, min_k_plus_plus, gradnorm).
             n_boot: bootstrap replicates (authors, then items within them).
@@ -66,12 +68,13 @@ class HoldoutVerification(Callback):
         unknown = sorted(set(attacks) - set(ATTACKS))
         if unknown or not attacks:
             raise UserError(f"HoldoutVerification: unknown attacks {unknown}; choose from {list(ATTACKS)}")
-        if delta is not None and not 0 < delta <= 0.5:
-            raise UserError(f"HoldoutVerification: delta must be in (0, 0.5], got {delta}")
+        for name, value in (("delta", delta), ("delta_author", delta_author)):
+            if value is not None and not 0 < value <= 0.5:
+                raise UserError(f"HoldoutVerification: {name} must be in (0, 0.5], got {value}")
         if not 0 < alpha < 0.5 or n_boot < 100 or items_per_author < 2:
             raise UserError(f"HoldoutVerification: need 0 < alpha < 0.5, n_boot ≥ 100 and items_per_author ≥ 2 "
                             f"(got {alpha}, {n_boot}, {items_per_author})")
-        self.source, self.delta, self.alpha, self.attacks = source, delta, alpha, attacks
+        self.source, self.delta, self.delta_author, self.alpha, self.attacks = source, delta, delta_author, alpha, attacks
         self.n_boot, self.split_seed, self.items_per_author = n_boot, split_seed, items_per_author
         self.template, self.max_length, self.max_new_tokens = template, max_length, max_new_tokens
         self.batch_size, self.mia_convention, self.gold_standard = batch_size, mia_convention, gold_standard
@@ -105,10 +108,12 @@ class HoldoutVerification(Callback):
             raise UserError(f"HoldoutVerification needs a holdout split in {getattr(source, 'path', 'the data')}: "
                             "items of the same kind the model never saw (TOFU: holdout01/05/10; your own data: a "
                             "`holdout{level}` split file beside the forget split)")
-        if self.delta is None:
+        if self.delta is None or self.delta_author is None:
             from lit_unlearn.verification.holdout_calibration import calibrated_delta
 
-            self.delta = calibrated_delta(self.level)
+            pooled, author = calibrated_delta(self.level)
+            self.delta = pooled if self.delta is None else self.delta
+            self.delta_author = author if self.delta_author is None else self.delta_author
         from lit_unlearn.verification.steering_halves import split_halves
 
         self._groups = {side: self._authors(splits[side], side) for side in ("forget", "holdout")}
@@ -119,13 +124,9 @@ class HoldoutVerification(Callback):
                                   **{k: splits[k] for k in UTILITY_SPLITS if k in splits}}
 
     def _authors(self, rows: list[dict], side: str) -> list:
-        if all("author" in r for r in rows):
-            return [r["author"] for r in rows]
-        if len(rows) % self.items_per_author:
-            raise UserError(f"the {side} split has {len(rows)} items, not a multiple of items_per_author="
-                            f"{self.items_per_author}: give each row an `author` field (the bootstrap resamples "
-                            "authors) or set items_per_author")
-        return [i // self.items_per_author for i in range(len(rows))]
+        from lit_unlearn.verification.steering_halves import author_groups
+
+        return author_groups(rows, side, self.items_per_author)
 
     def _evaluator(self, trainer, half: str):
         if half not in self._evaluators:
@@ -156,14 +157,15 @@ class HoldoutVerification(Callback):
                 side = key.split("_", 1)[0]
                 if side in self.halves:
                     mia[key] = _spread(values, getattr(self.halves[side], half), len(self._groups[side]))
-        return half_verdict(mia, self._groups, self.halves, half, self.attacks, self.delta, self.alpha, self.n_boot)
+        return half_verdict(mia, self._groups, self.halves, half, self.attacks, self.delta, self.delta_author,
+                            self.alpha, self.n_boot)
 
     # ----- MetricSource (read by StopAtTarget and, through it, HAMU's quota controller) -------------------------------
     def available(self, metric: str) -> bool:
         return metric == BAND or metric in UTILITY_METRICS
 
     def reference_values(self) -> dict[str, float]:
-        return {"delta": self.delta}
+        return {"delta": self.delta, "delta_author": self.delta_author}
 
     def target_values(self, trainer, pl_module, names=None) -> dict[str, float]:
         """A look at the steering half: the band of every attack's interval, and model utility if asked."""
@@ -179,7 +181,7 @@ class HoldoutVerification(Callback):
             self.last = {"step": trainer.global_step, "verdict": verdict.as_dict(),
                          "wants_more_forgetting": verdict.wants_more_forgetting(),
                          "holdout_nll": sum(holdout) / len(holdout)}
-            values[BAND] = verdict.band
+            values[BAND] = verdict.band_ratio
             self._log(trainer, verdict.scalars("verify/steering/"))
         if utility:
             self.utility_looks += 1
@@ -241,9 +243,8 @@ class HoldoutVerification(Callback):
         if hasattr(pl_module, "run_report"):
             v = result["after"]["verdict"]
             pl_module.run_report.notes.append(
-                f"reference-free verification (reporting half): {'PASSED' if v['passed'] else 'FAILED'}, band "
-                f"{v['band']:.3f} vs δ {v['delta']:.3f} (worst: {v['worst_attack']}); {self.looks} looks at the "
-                "steering half")
+                f"reference-free verification (reporting half): {'PASSED' if v['passed'] else 'FAILED'}, band ratio "
+                f"{v['band_ratio']:.3f} (≤ 1 passes; worst: {v['worst']}); {self.looks} looks at the steering half")
 
     def _gold_standard(self, trainer) -> dict | None:
         """The retain-only model's verdict on the same reporting half, from its saved report (never decides)."""
@@ -260,7 +261,8 @@ class HoldoutVerification(Callback):
         return {"path": str(path), "verdict": self._verdict(None, "reporting", mia).as_dict()}
 
     def result(self, gold: dict | None = None) -> dict:
-        return {"level": self.level, "delta": self.delta, "alpha": self.alpha, "attacks": self.attacks,
+        return {"level": self.level, "delta": self.delta, "delta_author": self.delta_author, "alpha": self.alpha,
+                "attacks": self.attacks,
                 "looks": self.looks, "utility_looks": self.utility_looks,
                 "split": {side: h.as_dict() for side, h in self.halves.items()},
                 "before": self.before, "after": self.after, "last_steering_look": self.last,
@@ -283,38 +285,48 @@ class HoldoutVerification(Callback):
 
 
 def holdout_table(result: dict) -> str:
-    """The reference-free verification as a markdown table: per attack, the AUC and its interval before and after
-    (and the gold standard's, where given), then the verdict."""
+    """The reference-free verification as markdown: per attack, the pooled AUC and its interval before and after
+    (and the gold standard's, where given); each forget author's worst attack; then the verdict."""
     after, before = result["after"]["verdict"], (result.get("before") or {})
     gold = ((result.get("gold_standard") or {}).get("verdict")) or {}
-    conf = f"{after['confidence']:.0%}"
-    head = ["attack", f"target AUC [{conf}]", f"unlearned AUC [{conf}]"]
-    if gold:
-        head.append("retain-only model (gold standard)")
+    conf = f"{after['pooled']['confidence']:.0%}"
+    head = ["", f"target [{conf}]", f"unlearned [{conf}]"] + (["retain-only model (gold standard)"] if gold else [])
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
-    def cell(verdict, attack):
-        iv = (verdict.get("intervals") or {}).get(attack)
+    def cell(verdict, attack, scope="pooled"):
+        part = verdict.get(scope) if scope == "pooled" else (verdict.get("authors") or {}).get(scope)
+        iv = ((part or {}).get("intervals") or {}).get(attack)
         return "n/a" if iv is None else f"{iv['auc']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]"
 
-    for attack in after["intervals"]:
-        line = [attack, cell(before, attack), cell(after, attack)] + ([cell(gold, attack)] if gold else [])
-        rows.append("| " + " | ".join(line) + " |")
-    band = ["band (passes iff ≤ δ)", f"{before['band']:.3f}" if before else "n/a", f"{after['band']:.3f}"]
-    rows.append("| " + " | ".join(band + ([f"{gold['band']:.3f}"] if gold else [])) + " |")
-    verdict = "PASSED" if after["passed"] else "FAILED"
+    def band(verdict, scope="pooled"):
+        part = verdict.get(scope) if scope == "pooled" else (verdict.get("authors") or {}).get(scope)
+        return "n/a" if not part else f"{part['band']:.3f}"
+
+    for attack in after["pooled"]["intervals"]:
+        line = [f"{attack} AUC, all forget items", cell(before, attack), cell(after, attack)]
+        rows.append("| " + " | ".join(line + ([cell(gold, attack)] if gold else [])) + " |")
+    rows.append("| " + " | ".join([f"band, pooled (≤ δ = {result['delta']:.2f})", band(before), band(after)] +
+                                  ([band(gold)] if gold else [])) + " |")
+    for author in after["authors"]:
+        line = [f"band, forget author {author} (≤ δ_author = {result['delta_author']:.2f})", band(before, author),
+                band(after, author)]
+        rows.append("| " + " | ".join(line + ([band(gold, author)] if gold else [])) + " |")
+    ratio = ["band ratio (passes iff ≤ 1)", f"{before['band_ratio']:.3f}" if before else "n/a",
+             f"{after['band_ratio']:.3f}"]
+    rows.append("| " + " | ".join(ratio + ([f"{gold['band_ratio']:.3f}"] if gold else [])) + " |")
     mu = result["after"].get("model_utility_ratio")
-    n, g = after["n_items"], after["n_groups"]
-    lines = [f"## Reference-free verification: {verdict}", "",
+    n, g = after["pooled"]["n_items"], after["pooled"]["n_groups"]
+    lines = [f"## Reference-free verification: {'PASSED' if after['passed'] else 'FAILED'}", "",
              f"Forget vs holdout membership AUCs on the reporting half ({n['forget']} forget items of {g['forget']} "
              f"authors, {n['holdout']} holdout items of {g['holdout']} authors; split {result['split']['forget']['by']},"
-             f" seed {result['split']['forget']['seed']}). Forgotten = every interval inside 0.5 ± δ, "
-             f"δ = {result['delta']:.3f}" + (f" (forget{result['level']})" if result.get("level") else "") + ".", "",
-             *rows, "",
+             f" seed {result['split']['forget']['seed']}). Forgotten = every attack's interval inside 0.5 ± δ for all "
+             "forget items together, and inside 0.5 ± δ_author for each forget author's items"
+             + (f" (δ calibrated for forget{result['level']})" if result.get("level") else "") + ". Worst: "
+             f"{after['worst']}.", "", *rows, "",
              f"- model utility / the target's: {mu:.3f}" if mu is not None else "- model utility: n/a",
              f"- looks at the steering half during the run: {result['looks']} (model utility read "
              f"{result['utility_looks']} times, on the same items as reported)",
-             *[f"- {note}" for note in after.get("notes", [])]]
+             *[f"- {note}" for note in after["pooled"].get("notes", [])]]
     if gold:
         lines.append(f"- gold standard: the retain-only model ({result['gold_standard']['path']}), "
                      f"{'passes' if gold['passed'] else 'fails'} on the same half; no decision read it")

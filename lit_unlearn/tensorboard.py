@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["tensorboard_writers", "log_text", "log_figure", "log_final_hparams", "log_scalars"]
+__all__ = ["tensorboard_writers", "log_text", "log_figure", "log_final_hparams", "log_scalars", "write_scalars"]
 
 
 def tensorboard_writers(trainer) -> list:
@@ -22,6 +22,22 @@ def log_scalars(trainer, values: Mapping[str, float], step: int) -> None:
     if trainer.is_global_zero:
         for logger in trainer.loggers:
             logger.log_metrics({k: float(v) for k, v in values.items() if v is not None}, step=step)
+
+
+def write_scalars(logdir, values: Mapping[str, float], step: int = 0, text: Mapping[str, str] | None = None) -> None:
+    """Scalars (and markdown texts) into TensorBoard event files under `logdir`, outside any training run (the
+    standalone evaluations and the audit)."""
+    from pathlib import Path
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    Path(logdir).mkdir(parents=True, exist_ok=True)
+    with SummaryWriter(str(logdir)) as writer:
+        for tag, value in values.items():
+            if value is not None:
+                writer.add_scalar(tag, float(value), step)
+        for tag, markdown in (text or {}).items():
+            writer.add_text(tag, "\n" + markdown, step)
 
 
 def log_text(trainer, tag: str, markdown: str, step: int) -> None:

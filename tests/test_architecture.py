@@ -21,7 +21,7 @@ LAYERS = [
     ("callbacks", ["callbacks"]),
     ("launch", ["launch"]),
     ("worlds", ["worlds"]),
-    ("bench, experiments", ["bench", "experiments"]),
+    ("bench, experiments, audit", ["bench", "experiments", "audit"]),
     ("commands", ["commands"]),
     ("dispatcher", ["cli", "__main__"]),
 ]

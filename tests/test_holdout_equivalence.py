@@ -184,13 +184,29 @@ def test_delta_is_the_largest_calibration_band_rounded_up():
         delta_from_bands([])
 
 
-def test_named_threshold_targets_read_delta_from_the_source():
-    from lit_unlearn.errors import UserError
+def test_a_pooled_auc_near_half_hides_two_authors_the_per_author_tests_see():
+    """One forget author over-forgotten (losses far above the holdout's), the other still remembered (far below):
+    their pooled AUC sits near 0.5 and passes, each author's fails, on opposite sides."""
+    from lit_unlearn.verification.holdout_equivalence import holdout_verdict
+
+    rng = np.random.default_rng(9)
+    hold, gh = _authors(rng, 2, 20, spread=0.0)
+    over, under = rng.normal(3.0, 1.0, 20), rng.normal(-3.0, 1.0, 20)
+    forget, gf = np.concatenate([over, under]), [0] * 20 + [1] * 20
+    v = holdout_verdict({"loss": forget}, {"loss": hold}, gf, gh, delta=0.3, delta_author=0.4, n_boot=1000)
+    assert v.pooled.passed and abs(v.pooled.intervals["loss"].auc - 0.5) < 0.1
+    assert not v.passed and v.band_ratio > 1
+    assert v.authors["0"].worst.side() == "over-forgotten" and v.authors["1"].worst.side() == "remembers"
+    assert not v.wants_more_forgetting()  # one side over-forgot: raising the goal would not help
+    fine = holdout_verdict({"loss": rng.normal(0, 1, 40)}, {"loss": hold}, gf, gh, 0.3, 0.4, n_boot=1000)
+    assert fine.passed and fine.band_ratio == pytest.approx(
+        max(fine.pooled.band / 0.3, max(a.band / 0.4 for a in fine.authors.values())))
+
+
+def test_the_band_ratio_target_is_smaller_is_closer():
     from lit_unlearn.verification.targets import parse_targets
 
-    band, utility = parse_targets("holdout_band <= delta and model_utility_ratio >= 0.95")
-    assert band.symbol == "delta" and band.met(0.19, {"delta": 0.2}) and not band.met(0.21, {"delta": 0.2})
-    assert band.distance(0.19, {"delta": 0.2}) == pytest.approx(0.19)  # closest = the narrowest band
+    band, utility = parse_targets("holdout_band_ratio <= 1 and model_utility_ratio >= 0.95")
+    assert band.met(0.99) and not band.met(1.01) and band.info.source.endswith("HoldoutVerification")
+    assert band.distance(0.4) < band.distance(0.9)  # the closest weights are the most clearly forgotten
     assert utility.met(0.96) and not utility.met(0.94)
-    with pytest.raises(UserError, match="gives no 'delta'"):
-        band.met(0.1, {})

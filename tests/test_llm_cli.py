@@ -23,7 +23,7 @@ def test_tofu_demo_meets_its_reference_free_target_and_standalone_eval_reproduce
     the target's, and the reporting half, which no decision read, passes too. All seeds: benchmarks/tofu_demo_seeds.py."""
     out = cli(["tofu-demo", "--worlds", str(tofu_world.folder.parent), "--trainer.enable_progress_bar=false"],
               tmp_path, subprocess_env)
-    target = "'holdout_band <= delta and model_utility_ratio >= 0.95'"
+    target = "'holdout_band_ratio <= 1 and model_utility_ratio >= 0.95'"
     assert f"StopAtTarget {target}: met at step" in out.stdout, out.stdout[-3000:]
     run = tmp_path / "runs/tofu/hamu/version_0"
     result = json.loads((run / "holdout_verification.json").read_text())

@@ -13,6 +13,8 @@ from torch import Tensor
 
 __all__ = [
     "IGNORE_INDEX",
+    "capped_nll",
+    "sequence_nll",
     "activation_mse",
     "dpo_loss",
     "kl_to_reference",
@@ -45,6 +47,20 @@ def mean_nll(logits: Tensor, labels: Tensor, ignore_index: int = IGNORE_INDEX) -
     if not (flat_labels != ignore_index).any():
         raise ValueError("no position in the batch has a target label (all labels are ignore_index)")
     return F.cross_entropy(_upcast(flat_logits), flat_labels, ignore_index=ignore_index)
+
+
+def sequence_nll(logits: Tensor, labels: Tensor, ignore_index: int = IGNORE_INDEX) -> Tensor:
+    """Each example's mean NLL over its target positions (TOFU's per-item answer loss), shape [B]."""
+    valid = (labels != ignore_index).reshape(labels.shape[0], -1).sum(-1)
+    if (valid == 0).any():
+        raise ValueError("an example has no position with a target label")
+    return -sequence_logprob(logits, labels, ignore_index) / valid
+
+
+def capped_nll(logits: Tensor, labels: Tensor, cap: float, ignore_index: int = IGNORE_INDEX) -> Tensor:
+    """mean_i min(NLL_i, cap) over the examples: an example whose loss is past the cap adds nothing to the
+    gradient, so ascent on it works on the examples still below (forgetting evenly, not overshooting some)."""
+    return sequence_nll(logits, labels, ignore_index).clamp(max=cap).mean()
 
 
 def sequence_logprob(logits: Tensor, labels: Tensor, ignore_index: int = IGNORE_INDEX) -> Tensor:

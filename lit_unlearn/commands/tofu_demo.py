@@ -23,7 +23,7 @@ def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None,
     standard, for the report only), then unlearning of TOFU's forget01 (--level) verified against TOFU's holdout
     authors: membership attacks cannot tell forget from holdout items (an equivalence test on the half of the items
     no decision read). The default (HAMU with the quota controller, steered by the holdout NLL) stops at
-    "holdout_band <= delta and model_utility_ratio >= 0.95" and ends on the closest weights. Worlds are cached
+    "holdout_band_ratio <= 1 and model_utility_ratio >= 0.95" and ends on the closest weights. Worlds are cached
     under runs/tofu/worlds/ (--worlds, one folder per seed and recipe) and runs/tofu/world points at the one in use.
 
     Args:

@@ -13,10 +13,6 @@ def finish_report(report, prefix: str, save: str | None = None, logdir: str | No
     if save:
         print(f"(saved to {report.save(save)})")
     if logdir:
-        from torch.utils.tensorboard import SummaryWriter
+        from lit_unlearn.tensorboard import write_scalars
 
-        Path(logdir).mkdir(parents=True, exist_ok=True)
-        with SummaryWriter(logdir) as writer:
-            for k, v in report.summary.items():
-                if v is not None:
-                    writer.add_scalar(f"{prefix}/{k}", v, 0)
+        write_scalars(logdir, {f"{prefix}/{k}": v for k, v in report.summary.items()})

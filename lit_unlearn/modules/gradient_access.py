@@ -20,22 +20,23 @@ class GradientAccess:
     """Needs `self._params` (the trainable parameters), `self.zero_stage`, and a LightningModule's
     `optimizers()` / `manual_backward` / `trainer`."""
 
-    def gradients(self, loss: Tensor, release: bool = True) -> list[Tensor]:
+    def gradients(self, loss: Tensor, release: bool = True, retain_graph: bool = False) -> list[Tensor]:
         """Backward `loss` alone and return one gradient per trainable parameter (zeros where unused).
 
         release=True hands the gradient tensors over (p.grad is reset to None), so the next backward allocates
         fresh ones and nothing is copied; release=False leaves them in p.grad, where an update can be written.
+        retain_graph=True keeps the graph for a second backward through the same forward pass.
         """
         params = self._params
         if self.zero_stage:
             # Sharded (DeepSpeed ZeRO): this rank's gradient slices. zero_grad first: ZeRO-2 would overwrite and
             # ZeRO-3 accumulate into the previous backward's partition.
             self.optimizers().zero_grad()
-            self.manual_backward(loss)
+            self.manual_backward(loss, retain_graph=retain_graph)
             return read_local_grads(params, self.zero_stage, copy=release)
         for p in params:
             p.grad = None
-        self.manual_backward(loss)
+        self.manual_backward(loss, retain_graph=retain_graph)
         grads = []
         for p in params:
             if p.grad is None:

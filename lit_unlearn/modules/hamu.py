@@ -3,6 +3,14 @@
 Per step: g_r = ∇L(retain batch), g_f = ∇L(forget batch); three scalars per block; the closed-form solution
 (lit_unlearn.algorithms.hamu); δ written into p.grad as −δ and applied by plain SGD(lr=1). The maths lives in
 `hamu_step`; this file only moves tensors and logs.
+
+One named option changes the paper's form, off by default: `forget_ceiling` c (a number, or "holdout": the model's
+current mean NLL on holdout items it never saw, from the run's HoldoutVerification) makes forgetting stop at the
+level of unseen data, item by item. The forget loss becomes mean_i min(NLL_i, c) over the forget batch, so an item
+already past c stops pulling, and the items past c join the retain side (L_r + Σ_{NLL_i > c} NLL_i / n), so HAMU
+holds them there instead of letting the shared direction that forgets the remembered items push them further.
+Without it, the mean-loss goal of the quota controller is met by over-forgetting an easy author while a hard one
+stays remembered (docs/hamu.md, "Forgetting evenly", has the measurements).
 """
 
 from __future__ import annotations
@@ -72,6 +80,7 @@ class HAMUModule(UnlearningModule):
         clip_norm: float | None = 1.0,
         infeasible: str = "best_effort",
         quota_units: str = "clipped",
+        forget_ceiling: float | str | None = None,
         measure_every_n_steps: int = 0,
         freeze_batchnorm: bool = True,
         log_every_n_steps: int | None = None,
@@ -90,6 +99,9 @@ class HAMUModule(UnlearningModule):
             quota_units: "clipped" (the paper's: Q is met by the clipped gradients, so the raw forget-loss
                 increase asked per step is Q·‖G_f‖/clip_norm and grows with ‖G_f‖) or "raw" (Q is the raw
                 first-order forget-loss increase per step). A `QuotaController` callback overrides both.
+            forget_ceiling: None (the paper's L_f and L_r), a number c, or "holdout" (c = the model's mean NLL on
+                the holdout items of the run's HoldoutVerification, re-read every step): L_f becomes
+                mean_i min(NLL_i, c) and the items past c join L_r (see the module docstring).
             measure_every_n_steps: every n steps re-evaluate both batches after the update and log the measured
                 loss changes next to the first-order predictions (two extra forward passes; 0 = never).
         """
@@ -108,6 +120,11 @@ class HAMUModule(UnlearningModule):
             raise UserError(f"eta must be positive and finite, got {eta}")
         if not (quota >= 0 and math.isfinite(quota)):
             raise UserError(f"quota must be ≥ 0 and finite, got {quota}")
+        if isinstance(forget_ceiling, str) and forget_ceiling.lower() in ("none", "null"):
+            forget_ceiling = None  # as a command line spells it
+        if forget_ceiling is not None and forget_ceiling != "holdout" and not (
+                isinstance(forget_ceiling, (int, float)) and math.isfinite(forget_ceiling) and forget_ceiling > 0):
+            raise UserError(f"forget_ceiling must be a positive number, 'holdout' or None, got {forget_ceiling!r}")
         if quota >= eta and quota_units == "clipped":
             # With clipped gradients the largest reachable first-order gain per step is η·Σ‖g_r⁽ⁱ⁾‖‖g_f⁽ⁱ⁾‖ ≤ η.
             warnings.warn(f"quota={quota} ≥ eta={eta}: the quota can never be met after clipping (needs Q < η); "
@@ -116,6 +133,8 @@ class HAMUModule(UnlearningModule):
         self.eta, self.quota, self.variant = eta, quota, variant
         self.grouping, self.allocation, self.clip_norm, self.infeasible = grouping, allocation, clip_norm, infeasible
         self.quota_units = quota_units
+        self.forget_ceiling = forget_ceiling
+        self._holdout_source = None
         self.measure_every_n_steps = measure_every_n_steps
         self.update_guards: list[UpdateGuard] = []
         self.quota_policy: QuotaPolicy | None = None  # set by a QuotaController callback
@@ -125,6 +144,14 @@ class HAMUModule(UnlearningModule):
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
+        if self.forget_ceiling is not None and self.zero_stage == 3:
+            raise UserError("HAMU's forget_ceiling backpropagates twice through one forward pass, which is not "
+                            "supported under DeepSpeed ZeRO-3 yet: use ZeRO-2, DDP or one process")
+        if self.forget_ceiling == "holdout" and self._trainer is not None:
+            self._holdout_source = next((cb for cb in self.trainer.callbacks if hasattr(cb, "holdout_loss")), None)
+            if self._holdout_source is None:
+                raise UserError("HAMU forget_ceiling='holdout' reads the model's holdout NLL: add "
+                                "lit_unlearn.callbacks.HoldoutVerification to trainer.callbacks, or give a number")
         self._index, self.block_names = block_index(self.trainable_named_parameters, self.grouping)
         # Whole-parameter element counts per block (ZeRO-3 keeps only a partition: ds_numel is the full size).
         numel = torch.tensor([float(getattr(p, "ds_numel", p.numel())) for p in self._params], dtype=torch.float64)
@@ -137,11 +164,7 @@ class HAMUModule(UnlearningModule):
 
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
         opt = self.optimizers()
-        loss_r = self.checked_loss(retain_batch, "retain")
-        grads_r = self.gradients(loss_r, release=True)
-        loss_f = self.checked_loss(forget_batch, "forget")
-        grads_f = self.gradients(loss_f, release=False)  # stays in p.grad: the update is written over it
-
+        loss_r, grads_r, loss_f, grads_f = self.objective_gradients(retain_batch, forget_batch)
         n_blocks = len(self.block_names)
         # One [3, n_tensors] reduction: under ZeRO each rank holds slices, and the slices' sums are the stats.
         per_tensor = self.sum_over_shards(torch.stack(tensor_stats(grads_r, grads_f)))
@@ -167,11 +190,41 @@ class HAMUModule(UnlearningModule):
         logs: dict[str, float] = {}
         if apply and self.measure_every_n_steps and self.global_step % self.measure_every_n_steps == 0:
             with torch.no_grad(), self.preserved_buffers():
-                logs["hamu/meas_delta_forget_loss"] = (self.compute_loss(forget_batch) - loss_f).item()
+                logs["hamu/meas_delta_forget_loss"] = (self.forget_loss(forget_batch) - loss_f).item()
                 logs["hamu/meas_neg_delta_retain_loss"] = (loss_r - self.compute_loss(retain_batch)).item()
         if self.should_compute_diagnostics():
             logs.update(self.diagnostics(step, loss_r, loss_f, applied=apply))
         return logs
+
+    def ceiling(self) -> float | None:
+        """This step's forget ceiling c (None: the paper's form)."""
+        if self._holdout_source is not None:
+            return self._holdout_source.holdout_loss()
+        return None if self.forget_ceiling in (None, "holdout") else float(self.forget_ceiling)
+
+    def objective_gradients(self, retain_batch, forget_batch):
+        """(L_r, g_r, L_f, g_f) of this step; g_f stays in p.grad, where the update is written over it. With a
+        forget ceiling c: L_f = mean_i min(NLL_i, c) and L_r += Σ_{NLL_i > c} NLL_i / n over the forget batch."""
+        cap = self.ceiling()
+        loss_r = self.checked_loss(retain_batch, "retain")
+        if cap is None:
+            grads_r = self.gradients(loss_r, release=True)
+            loss_f = self.checked_loss(forget_batch, "forget")
+            return loss_r, grads_r, loss_f, self.gradients(loss_f, release=False)
+        nll, count = self.item_losses(forget_batch)
+        past = (nll.detach() > cap).to(nll.dtype)
+        loss_r = self.checked(loss_r + (nll * past).sum() / count, "retain")
+        grads_r = self.gradients(loss_r, release=True, retain_graph=True)  # the forget pass is used again below
+        loss_f = self.checked(nll.clamp(max=cap).sum() / count, "forget")
+        return loss_r, grads_r, loss_f, self.gradients(loss_f, release=False)
+
+    def forget_loss(self, batch) -> Tensor:
+        """L_f as this step's objective defines it (for measuring a step's effect)."""
+        cap = self.ceiling()
+        if cap is None:
+            return self.compute_loss(batch)
+        nll, count = self.item_losses(batch)
+        return nll.clamp(max=cap).sum() / count
 
     def step_controls(self, loss_r: Tensor, loss_f: Tensor, rr: Tensor, ff: Tensor, rf: Tensor) -> tuple[float, float]:
         """This step's (total quota in clipped units, η): the policy's, or (`quota` in its units, `eta`)."""

@@ -3,8 +3,9 @@
 On the tiny TOFU world, each calibration seed gives a retain-only model per forget level: it never saw the forget
 authors, so whatever band its forget-vs-holdout intervals need is what "never trained on" looks like with that many
 items and authors, author style differences included. For each level, every (seed, half) case gives the band its
-intervals need (`EquivalenceVerdict.band`); δ is the largest of them, rounded up to 0.01. The calibration seeds are
-not the test seeds: the pass rates on the test worlds (docs/verification.md) are measured on models δ never saw.
+pooled intervals need and the band its per-author intervals need (`HoldoutVerdict`); δ (pooled) and δ_author are
+the largest of each, rounded up to 0.01. The calibration seeds are not the test seeds: the pass rates on the test
+worlds (docs/generated/holdout_calibration.md) are measured on models δ never saw.
 
 `benchmarks/calibrate_holdout_delta.py` runs it and writes `holdout_delta.json` beside this file; to recalibrate for
 other data, run it on worlds built from that data, or pass `delta=` to HoldoutVerification.
@@ -40,9 +41,11 @@ def calibration() -> dict:
     return json.loads(path.read_text())
 
 
-def calibrated_delta(level: str | None) -> float:
+def calibrated_delta(level: str | None) -> tuple[float, float]:
+    """(δ pooled, δ per author) calibrated for a forget level."""
     table = calibration().get("delta", {})
     if level not in table:
         raise UserError(f"no calibrated δ for forget level {level!r} (calibrated: {sorted(table) or 'none'}): pass "
-                        "HoldoutVerification(delta=...), or calibrate with benchmarks/calibrate_holdout_delta.py")
-    return float(table[level])
+                        "HoldoutVerification(delta=..., delta_author=...), or calibrate with "
+                        "benchmarks/calibrate_holdout_delta.py")
+    return float(table[level]["pooled"]), float(table[level]["author"])

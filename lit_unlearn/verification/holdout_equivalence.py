@@ -10,7 +10,9 @@ the gradient norm). Its AUC between forget items and holdout items is P(holdout 
 
 The decision is an equivalence test, two-sided: "forgotten" means every attack's (1 − 2α) confidence interval lies
 inside 0.5 ± δ (two one-sided tests at level α each, as a confidence interval inside the margin). Not rejecting
-"AUC = 0.5" would not do: with 40 items almost nothing is rejected.
+"AUC = 0.5" would not do: with 40 items almost nothing is rejected. It is made pooled (all forget items) and per
+forget author (`holdout_verdict`): unlearning can over-forget one author and leave another remembered, and their
+pooled AUC then sits near 0.5.
 
 Intervals come from a bootstrap that respects authors: items of one author are correlated (one biography, one
 style), so each replicate resamples authors with replacement and then items within each drawn author, on the forget
@@ -30,8 +32,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-__all__ = ["ATTACKS", "auc", "group_indices", "bootstrap_counts", "group_bootstrap", "AttackInterval", "EquivalenceVerdict",
-           "equivalence_verdict", "tost_p_value", "FEW_AUTHORS"]
+__all__ = ["ATTACKS", "auc", "group_indices", "bootstrap_counts", "group_bootstrap", "AttackInterval",
+           "EquivalenceVerdict", "equivalence_verdict", "HoldoutVerdict", "holdout_verdict", "tost_p_value",
+           "FEW_AUTHORS"]
 
 ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm")
 FEW_AUTHORS = 4  # with fewer authors a side the author-level resampling barely varies: say the interval is optimistic
@@ -208,3 +211,67 @@ def tost_p_value(replicates: Sequence[float], delta: float) -> float:
     reps = np.asarray(replicates, dtype=np.float64)
     return float(max(np.mean(reps <= 0.5 - delta), np.mean(reps >= 0.5 + delta)))
 
+
+
+@dataclass
+class HoldoutVerdict:
+    """The verdict on a forget set: the pooled test (all forget items against all holdout items, margin
+    `pooled.delta`) and one test per forget author (that author's items against all holdout items, margin
+    `delta_author`). Both are needed: a pooled AUC of 0.5 can hide one author over-forgotten and another still
+    remembered (their scores straddle the holdout's), which every per-author test sees."""
+
+    pooled: EquivalenceVerdict
+    authors: dict[str, EquivalenceVerdict]
+
+    @property
+    def band_ratio(self) -> float:
+        """The largest band over its margin, pooled and per author: passes iff ≤ 1."""
+        return max([self.pooled.band / self.pooled.delta] + [v.band / v.delta for v in self.authors.values()])
+
+    @property
+    def passed(self) -> bool:
+        return self.band_ratio <= 1.0
+
+    def failing(self) -> list[tuple[str, AttackInterval]]:
+        out = [("pooled", iv) for iv in self.pooled.failing()]
+        return out + [(f"author {a}", iv) for a, v in self.authors.items() for iv in v.failing()]
+
+    @property
+    def worst(self) -> tuple[str, AttackInterval]:
+        """(scope, interval) of the largest band over its margin."""
+        scored = [("pooled", self.pooled.worst, self.pooled.band / self.pooled.delta)]
+        scored += [(f"author {a}", v.worst, v.band / v.delta) for a, v in self.authors.items()]
+        scope, interval, _ = max(scored, key=lambda t: t[2])
+        return scope, interval
+
+    def wants_more_forgetting(self) -> bool:
+        """Failed, and every failing interval says the forget items still look trained on."""
+        failing = self.failing()
+        return bool(failing) and all(iv.side() == "remembers" for _, iv in failing)
+
+    def as_dict(self) -> dict:
+        scope, iv = self.worst
+        return {"passed": self.passed, "band_ratio": self.band_ratio, "worst": f"{scope}: {iv.attack}",
+                "pooled": self.pooled.as_dict(), "authors": {a: v.as_dict() for a, v in self.authors.items()}}
+
+    def scalars(self, prefix: str = "") -> dict[str, float]:
+        out = {f"{prefix}band_ratio": self.band_ratio, f"{prefix}passed": float(self.passed)}
+        out.update(self.pooled.scalars(prefix))
+        if self.authors:
+            out[f"{prefix}author_band"] = max(v.band for v in self.authors.values())
+            out[f"{prefix}author_delta"] = next(iter(self.authors.values())).delta
+        return out
+
+
+def holdout_verdict(forget: Mapping[str, Sequence[float]], holdout: Mapping[str, Sequence[float]],
+                    forget_groups: Sequence, holdout_groups: Sequence, delta: float, delta_author: float,
+                    alpha: float = 0.05, n_boot: int = 2000, seed: int = 0) -> HoldoutVerdict:
+    """The pooled equivalence test and one per forget author (see HoldoutVerdict)."""
+    pooled = equivalence_verdict(forget, holdout, forget_groups, holdout_groups, delta, alpha, n_boot, seed)
+    authors = {}
+    for a, items in zip(dict.fromkeys(forget_groups), group_indices(forget_groups)):
+        mine = {k: [forget[k][i] for i in items] for k in forget}
+        authors[str(a)] = equivalence_verdict(mine, holdout, [a] * len(items), holdout_groups, delta_author, alpha,
+                                              n_boot, seed)
+        authors[str(a)].notes = []  # one author on the forget side by construction; the pooled notes say the rest
+    return HoldoutVerdict(pooled, authors)

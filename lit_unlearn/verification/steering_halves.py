@@ -16,9 +16,23 @@ import numpy as np
 
 from lit_unlearn.verification.holdout_equivalence import group_indices
 
-__all__ = ["Halves", "split_halves", "half_verdict", "MIN_AUTHORS_PER_HALF"]
+__all__ = ["Halves", "split_halves", "half_verdict", "author_groups", "MIN_AUTHORS_PER_HALF", "ITEMS_PER_AUTHOR"]
 
 MIN_AUTHORS_PER_HALF = 2
+ITEMS_PER_AUTHOR = 20  # TOFU's layout: a split's items come author by author, 20 each
+
+
+def author_groups(rows: list[dict], what: str, items_per_author: int = ITEMS_PER_AUTHOR) -> list:
+    """Each row's author: its `author` field, or TOFU's layout (consecutive blocks of `items_per_author`)."""
+    if rows and all("author" in r for r in rows):
+        return [r["author"] for r in rows]
+    if len(rows) % items_per_author:
+        from lit_unlearn.errors import UserError
+
+        raise UserError(f"the {what} split has {len(rows)} items, not a multiple of items_per_author="
+                        f"{items_per_author}: give each row an `author` field (the bootstrap resamples authors) or "
+                        "set items_per_author")
+    return [i // items_per_author for i in range(len(rows))]
 
 
 @dataclass(frozen=True)
@@ -53,15 +67,16 @@ def split_halves(groups: Sequence, seed: int, min_per_half: int = MIN_AUTHORS_PE
 
 
 def half_verdict(mia: dict[str, list[float]], groups: dict[str, list], halves: dict[str, Halves], half: str,
-                 attacks: list[str], delta: float, alpha: float = 0.05, n_boot: int = 2000):
-    """The equivalence verdict on one half, from per-item attack scores of whole splits (`mia`: a report's
-    per_item["mia"], `{side}_{attack}` lists in item order) and each side's authors and halves."""
-    from lit_unlearn.verification.holdout_equivalence import equivalence_verdict
+                 attacks: list[str], delta: float, delta_author: float, alpha: float = 0.05, n_boot: int = 2000):
+    """The verdict (pooled and per forget author) on one half, from per-item attack scores of whole splits
+    (`mia`: a report's per_item["mia"], `{side}_{attack}` lists in item order) and each side's authors and
+    halves."""
+    from lit_unlearn.verification.holdout_equivalence import holdout_verdict
 
     pick = {side: getattr(halves[side], half) for side in ("forget", "holdout")}
     attacks = [a for a in attacks if f"forget_{a}" in mia and f"holdout_{a}" in mia]
     if not attacks:
         raise ValueError("no per-item attack scores for forget and holdout items")
     scores = {side: {a: [mia[f"{side}_{a}"][i] for i in pick[side]] for a in attacks} for side in pick}
-    return equivalence_verdict(scores["forget"], scores["holdout"], [groups["forget"][i] for i in pick["forget"]],
-                               [groups["holdout"][i] for i in pick["holdout"]], delta, alpha, n_boot, seed=0)
+    return holdout_verdict(scores["forget"], scores["holdout"], [groups["forget"][i] for i in pick["forget"]],
+                           [groups["holdout"][i] for i in pick["holdout"]], delta, delta_author, alpha, n_boot, seed=0)

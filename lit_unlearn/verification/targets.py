@@ -5,8 +5,8 @@ Written as one line (CLI and YAML alike):
     forget_acc <= 0.05                        absolute threshold (<=, >=, <, >)
     delta_forget_loss >= 2                    ΔL_f against the start of unlearning
     forget_quality >= 0.1                     TOFU (KS p-value against the retain-only model)
-    holdout_band <= delta                     forget vs holdout attacks inside 0.5 ± δ (no retrained model;
-                                              a named threshold is the metric source's, here the calibrated δ)
+    holdout_band_ratio <= 1                   forget vs holdout attacks inside 0.5 ± δ, pooled and per author
+                                              (no retrained model; lit_unlearn.callbacks.HoldoutVerification)
     forget_vs_retrain_auc <= 0.6              needs the retrained reference
     ua within 0.05 of retrain                 |UA − UA_retrain| ≤ 0.05
     forget_loss_median within 25% of retrain  |m / m_retrain − 1| ≤ 0.25
@@ -68,9 +68,10 @@ METRICS: dict[str, MetricInfo] = {
     "forget_vs_retain_only_auc": MetricInfo("ROC AUC telling the model's per-item TOFU forget losses from the "
                                             "retain-only model's (0.5: indistinguishable)", "tofu",
                                             needs_reference=True, ideal=0.5),
-    "holdout_band": MetricInfo("half-width of the smallest band around 0.5 holding every membership attack's "
-                               "forget-vs-holdout AUC interval (no retrained model; passes at ≤ δ)", "tofu",
-                               ideal=0.0, source="lit_unlearn.callbacks.HoldoutVerification"),
+    "holdout_band_ratio": MetricInfo("how far the membership attacks' forget-vs-holdout AUC intervals reach from "
+                                     "0.5, over their calibrated margin δ, pooled and per forget author (no "
+                                     "retrained model; passes at ≤ 1)", "tofu", ideal=0.0,
+                                     source="lit_unlearn.callbacks.HoldoutVerification"),
     "forget_truth_ratio": MetricInfo("TOFU forget truth ratio", "tofu"),
     "model_utility": MetricInfo("TOFU model utility", "tofu"),
     "model_utility_ratio": MetricInfo("TOFU model utility over the target's (before unlearning)", "tofu"),
@@ -78,7 +79,7 @@ METRICS: dict[str, MetricInfo] = {
     "forget_loss_tofu": MetricInfo("mean answer NLL on the forget split", "tofu"),
 }
 _OPS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt}
-_THRESHOLD = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(<=|>=|<|>)\s*([-+0-9.eE]+|[a-z_]+)\s*$")
+_THRESHOLD = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
 _BAND = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s+within\s+([0-9.eE+-]+)\s*(%?)\s+of\s+retrain\s*$")
 
 
@@ -95,7 +96,6 @@ class ForgetTarget:
     value: float | None = None  # the threshold, or the band's tolerance
     percent: bool = False  # band given in % of the retrained value
     text: str = ""
-    symbol: str | None = None  # a named threshold ("delta"), read from the metric source's reference values
 
     @classmethod
     def parse(cls, text: str) -> ForgetTarget:
@@ -106,12 +106,10 @@ class ForgetTarget:
                             f"retrain'; got {text!r}")
         m = _THRESHOLD.match(text)
         if m:
-            name, op = m.group(1), m.group(2)
+            name, op, value = m.group(1), m.group(2), _number(m.group(3), text)
             if name not in METRICS:
                 raise _unknown(name)
-            if re.fullmatch(r"[a-z_]+", m.group(3)):  # a named threshold, e.g. the calibrated δ
-                return cls(name, op, None, False, text.strip(), symbol=m.group(3))
-            return cls(name, op, _number(m.group(3), text), False, text.strip())
+            return cls(name, op, value, False, text.strip())
         m = _BAND.match(text)
         if m:
             name, tol, pct = m.group(1), _number(m.group(2), text), bool(m.group(3))
@@ -140,26 +138,17 @@ class ForgetTarget:
 
     def _center(self, reference: Mapping[str, float] | None) -> float:
         if not self.is_band:
-            return self.info.ideal if self.info.ideal is not None else self.threshold(reference)
+            return self.info.ideal if self.info.ideal is not None else float(self.value)
         if reference is None or reference.get(self.metric) is None:
             raise UserError(f"target {self.text!r} needs the retrained model's {self.metric}: add a retrained "
                             "reference (lit_unlearn.callbacks.ForgettingVerification, or `lit-unlearn retrain`)")
         return float(reference[self.metric])
 
-    def threshold(self, reference: Mapping[str, float] | None = None) -> float:
-        """The threshold: the number written, or the named one from the metric source's reference values."""
-        if self.symbol is None:
-            return float(self.value)
-        if reference is None or reference.get(self.symbol) is None:
-            raise UserError(f"target {self.text!r}: the run's metric source gives no {self.symbol!r}; write a number "
-                            "instead, or measure it with " + (self.info.source or "a source that defines it"))
-        return float(reference[self.symbol])
-
     def met(self, value: float, reference: Mapping[str, float] | None = None) -> bool:
         if value is None or not math.isfinite(value):
             return False
         if not self.is_band:
-            return bool(_OPS[self.op](value, self.threshold(reference)))
+            return bool(_OPS[self.op](value, self.value))
         center = self._center(reference)
         gap = abs(value - center)
         return gap <= self.value * abs(center) if self.percent else gap <= self.value

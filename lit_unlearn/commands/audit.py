@@ -1,0 +1,55 @@
+"""`lit-unlearn audit`: does an unlearned model's forgetting survive relearning, quantisation and paraphrased
+questions? Measured against holdout data, beside the target and a retain-only model where one exists."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from lit_unlearn.commands import command
+
+
+@command("audit", "attack an unlearned model (relearning, 4/8-bit quantisation, paraphrases) and verify again",
+         order=58, examples=("lit-unlearn audit --model runs/tofu/hamu/latest/model --data runs/tofu/world/data "
+                             "--target runs/tofu/world/target --retain-only runs/tofu/world/retain_only_01",
+                             "lit-unlearn audit --model OUT --data locuslab/TOFU --level 10 --template llama2"))
+def audit(model: str, data: str, level: Literal["01", "05", "10"] = "01", target: str | None = None,
+          retain_only: str | None = None, base: str | None = None, tokenizer: str | None = None,
+          preset: str = "audit_tofu", config: str | None = None, out: str = "runs/audit",
+          template: Literal["plain", "llama2", "chat"] = "plain", device: str | None = None) -> None:
+    """Attack an unlearned model the ways the literature brings "forgotten" knowledge back, and measure each time
+    whether its forget items can be told from holdout items (the reference-free verification): relearning on
+    half of the forget authors (measured on the other half), round-to-nearest 8- and 4-bit weight quantisation,
+    and TOFU's paraphrased questions. Each attack is also run on the target (the upper bound) and, if given, on a
+    retain-only model (the gold standard: what a model that never saw the data does under the same attack).
+    Writes OUT/audit.{md,json} and TensorBoard audit/* under OUT/tensorboard.
+
+    Args:
+        model: the unlearned model: a Hugging Face folder (every LLM run writes one in its run folder, `model/`) or
+            hub name, or a .ckpt of an unlearning run with --base
+        data: TOFU-format data: a local folder of split files or a hub name (locuslab/TOFU)
+        level: the forget level (forget01/05/10 and holdout01/05/10)
+        target: the model before unlearning (same forms), attacked alike as the upper bound
+        retain_only: a model trained without the forget set, attacked alike as the gold standard (optional)
+        base: with a .ckpt model: the Hugging Face model it was trained from
+        tokenizer: tokenizer folder or hub name (default: the model's)
+        preset: a packaged audit config (its attacks' settings)
+        config: an audit config file instead (see configs/audit/audit_tofu.yaml)
+        out: output folder
+        template: QA template
+        device: cpu or cuda (default: cuda when available)
+    """
+    from lit_unlearn.audit import load_audit_spec, run_audit
+    from lit_unlearn.data import TofuSource
+    from lit_unlearn.models.loading import default_device, load_causal_lm
+    from lit_unlearn.packaged_files import packaged_config
+
+    spec = load_audit_spec(config or packaged_config(preset, ("audit",), "audit"))
+    device = device or default_device()
+    network, tok = load_causal_lm(model, base, tokenizer, device=device)
+    subjects = {"unlearned": network}
+    for name, path in (("target", target), ("retain-only", retain_only)):
+        if path is not None:
+            subjects[name] = load_causal_lm(path, base, tokenizer, device=device)[0]
+    report = run_audit(subjects, tok, TofuSource(data, level), spec, out, device=device, template=template)
+    print(report.table())
+    print(f"(written to {out}/audit.md, {out}/audit.json; TensorBoard: {out}/tensorboard)")
