@@ -176,11 +176,11 @@ class HoldoutVerification(Callback):
         values: dict[str, float] = {}
         if BAND in names:
             verdict = self._verdict(report, "steering")
-            holdout = report.per_item["mia"]["holdout_loss"]
+            holdout, entropy = report.per_item["mia"]["holdout_loss"], report.per_item["mia"]["holdout_entropy"]
             self.looks += 1
             self.last = {"step": trainer.global_step, "verdict": verdict.as_dict(),
                          "wants_more_forgetting": verdict.wants_more_forgetting(),
-                         "holdout_nll": sum(holdout) / len(holdout)}
+                         "holdout_nll": sum(holdout) / len(holdout), "holdout_entropy": sum(entropy) / len(entropy)}
             values[BAND] = verdict.band_ratio
             self._log(trainer, verdict.scalars("verify/steering/"))
         if utility:
@@ -194,12 +194,22 @@ class HoldoutVerification(Callback):
 
     def forget_loss_goal(self, trainer=None, pl_module=None) -> float | None:
         """The current model's mean answer NLL on the steering half's holdout items, at the last look: how
-        unfamiliar unseen items of the same kind are to this model now."""
-        return None if self.last is None else self.last["holdout_nll"]
+        unfamiliar unseen items of the same kind are to this model now (plus their mean predictive entropy for a
+        module whose forget objective adds it, HAMU's forget_entropy)."""
+        if self.last is None:
+            return None
+        extra = self.last["holdout_entropy"] if getattr(pl_module, "forget_entropy", False) else 0.0
+        return self.last["holdout_nll"] + extra
 
     def holdout_loss(self) -> float | None:
-        """The same, for methods that bound their forget objective by it (OFMU's forget_ceiling='holdout')."""
-        return self.forget_loss_goal()
+        """The mean holdout NLL alone, for methods that bound their forget objective by it
+        (forget_ceiling='holdout')."""
+        return None if self.last is None else self.last["holdout_nll"]
+
+    def holdout_entropy(self) -> float | None:
+        """The model's mean predictive entropy over the answer tokens of the steering half's holdout items, at the
+        last look: how uncertain it is about unseen items (HAMU's forget_entropy aims there)."""
+        return None if self.last is None else self.last.get("holdout_entropy")
 
     def wants_more_forgetting(self) -> bool | None:
         return None if self.last is None else self.last["wants_more_forgetting"]

@@ -14,6 +14,7 @@ from torch import Tensor
 __all__ = [
     "IGNORE_INDEX",
     "capped_nll",
+    "sequence_entropy",
     "sequence_nll",
     "activation_mse",
     "dpo_loss",
@@ -55,6 +56,17 @@ def sequence_nll(logits: Tensor, labels: Tensor, ignore_index: int = IGNORE_INDE
     if (valid == 0).any():
         raise ValueError("an example has no position with a target label")
     return -sequence_logprob(logits, labels, ignore_index) / valid
+
+
+def sequence_entropy(logits: Tensor, labels: Tensor, ignore_index: int = IGNORE_INDEX) -> Tensor:
+    """Each example's mean predictive entropy −Σ_v p_v log p_v over its target positions, shape [B]."""
+    valid = labels != ignore_index
+    logp = torch.log_softmax(_upcast(logits), dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1) * valid
+    counts = valid.reshape(labels.shape[0], -1).sum(-1)
+    if (counts == 0).any():
+        raise ValueError("an example has no position with a target label")
+    return entropy.reshape(labels.shape[0], -1).sum(-1) / counts
 
 
 def capped_nll(logits: Tensor, labels: Tensor, cap: float, ignore_index: int = IGNORE_INDEX) -> Tensor:

@@ -476,6 +476,11 @@ class TofuEvaluator:
             pairs = [(r["question"], r["answer"]) for r in rows]
             stats = self._answer_stats(network, pairs, device)
             scores = self._attack_scores(rows, stats)
+            # not an attack: each item's mean predictive entropy over its answer tokens (−E_p[log p]), which a
+            # forget objective that aims at the unseen items' level reads (HAMU's forget_entropy)
+            item_scores[f"{split}_entropy"] = ItemMean()
+            item_scores[f"{split}_entropy"].update(torch.tensor([-float(st.mu.double().mean()) for st in stats],
+                                                                dtype=torch.float64))
             if run_gradnorm:
                 scores["gradnorm"] = self._grad_norms(network, pairs, device)
             if ref_nll is not None:

@@ -10,7 +10,12 @@ level of unseen data, item by item. The forget loss becomes mean_i min(NLL_i, c)
 already past c stops pulling, and the items past c join the retain side (L_r + Σ_{NLL_i > c} NLL_i / n), so HAMU
 holds them there instead of letting the shared direction that forgets the remembered items push them further.
 Without it, the mean-loss goal of the quota controller is met by over-forgetting an easy author while a hard one
-stays remembered (docs/hamu.md, "Forgetting evenly", has the measurements).
+stays remembered (docs/hamu.md, "Forgetting evenly", has the measurements). A second option, `forget_entropy`, adds
+each forget item's mean predictive entropy to that objective, capped at the holdout items' (Yuan et al.'s
+maximum-entropy objective, ICLR 2025): raising only the answer's NLL leaves the model confidently wrong on the forget
+items, which unseen items are not. A third, `preconditioner="adam"`, solves the step in Adam's diagonal geometry
+(lit_unlearn.algorithms.preconditioning): the raw-gradient step moves along few directions and leaves the forget
+items with gradient norms far above unseen items', which the gradient-norm attack sees.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from lit_unlearn.algorithms import (
     hamu_step,
     tensor_stats,
 )
+from lit_unlearn.algorithms.preconditioning import DiagonalPreconditioner
 from lit_unlearn.algorithms.quota import QUOTA_UNITS, raw_to_clipped_quota
 from lit_unlearn.modules.unlearning import UnlearningModule
 
@@ -81,6 +87,8 @@ class HAMUModule(UnlearningModule):
         infeasible: str = "best_effort",
         quota_units: str = "clipped",
         forget_ceiling: float | str | None = None,
+        forget_entropy: bool = False,
+        preconditioner: str | None = None,
         measure_every_n_steps: int = 0,
         freeze_batchnorm: bool = True,
         log_every_n_steps: int | None = None,
@@ -102,6 +110,10 @@ class HAMUModule(UnlearningModule):
             forget_ceiling: None (the paper's L_f and L_r), a number c, or "holdout" (c = the model's mean NLL on
                 the holdout items of the run's HoldoutVerification, re-read every step): L_f becomes
                 mean_i min(NLL_i, c) and the items past c join L_r (see the module docstring).
+            forget_entropy: with forget_ceiling="holdout": add each forget item's mean predictive entropy to L_f,
+                capped at the holdout items' mean entropy (and held there like the NLL).
+            preconditioner: None (the paper's raw-gradient geometry) or "adam": the same closed form solved for
+                δ = s ⊙ u with s = (√v̂ + ε)^(−1/2) from second moments of the gradients (see the module docstring).
             measure_every_n_steps: every n steps re-evaluate both batches after the update and log the measured
                 loss changes next to the first-order predictions (two extra forward passes; 0 = never).
         """
@@ -133,7 +145,12 @@ class HAMUModule(UnlearningModule):
         self.eta, self.quota, self.variant = eta, quota, variant
         self.grouping, self.allocation, self.clip_norm, self.infeasible = grouping, allocation, clip_norm, infeasible
         self.quota_units = quota_units
-        self.forget_ceiling = forget_ceiling
+        if forget_entropy and forget_ceiling != "holdout":
+            raise UserError("forget_entropy needs forget_ceiling='holdout' (the entropy of unseen items is its cap)")
+        if preconditioner not in (None, "adam"):
+            raise UserError(f"preconditioner={preconditioner!r}: choose None or 'adam'")
+        self.forget_ceiling, self.forget_entropy = forget_ceiling, forget_entropy
+        self.preconditioner = DiagonalPreconditioner() if preconditioner == "adam" else None
         self._holdout_source = None
         self.measure_every_n_steps = measure_every_n_steps
         self.update_guards: list[UpdateGuard] = []
@@ -165,6 +182,12 @@ class HAMUModule(UnlearningModule):
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
         opt = self.optimizers()
         loss_r, grads_r, loss_f, grads_f = self.objective_gradients(retain_batch, forget_batch)
+        scales = None
+        if self.preconditioner is not None:  # solve for u in δ = s ⊙ u, with ĝ = s ⊙ g (first-order gains kept)
+            scales = self.preconditioner.update(grads_r, grads_f)
+            for g_r, g_f, s in zip(grads_r, grads_f, scales):
+                g_r.mul_(s.to(g_r.dtype))
+                g_f.mul_(s.to(g_f.dtype))
         n_blocks = len(self.block_names)
         # One [3, n_tensors] reduction: under ZeRO each rank holds slices, and the slices' sums are the stats.
         per_tensor = self.sum_over_shards(torch.stack(tensor_stats(grads_r, grads_f)))
@@ -182,7 +205,9 @@ class HAMUModule(UnlearningModule):
             # Blocks whose two terms nearly cancel are combined in float64 (rounded once): keeps ‖δ_i‖ ≤ R_i.
             unit_roundoff = torch.finfo(grads_f[0].dtype).eps / 2 if grads_f else 0.0
             precise = ((2 * unit_roundoff * step.conditioning[idx]) > PRECISE_COMBINE_ABOVE).tolist()
-            combine_into(grads_f, grads_f, grads_r, neg_f, neg_r, precise)  # p.grad = −δ
+            combine_into(grads_f, grads_f, grads_r, neg_f, neg_r, precise)  # p.grad = −δ (−u with a preconditioner)
+            for g, s in zip(grads_f, scales or ()):
+                g.mul_(s.to(g.dtype))  # −δ = −s ⊙ u
             self.set_update(grads_f)
             opt.step()
         opt.zero_grad(set_to_none=True)
@@ -196,35 +221,43 @@ class HAMUModule(UnlearningModule):
             logs.update(self.diagnostics(step, loss_r, loss_f, applied=apply))
         return logs
 
-    def ceiling(self) -> float | None:
-        """This step's forget ceiling c (None: the paper's form)."""
+    def ceiling(self) -> tuple[float, float | None] | None:
+        """This step's forget ceilings (NLL, entropy or None); None: the paper's form."""
         if self._holdout_source is not None:
-            return self._holdout_source.holdout_loss()
-        return None if self.forget_ceiling in (None, "holdout") else float(self.forget_ceiling)
+            nll = self._holdout_source.holdout_loss()
+            if nll is None:
+                return None
+            return nll, self._holdout_source.holdout_entropy() if self.forget_entropy else None
+        return None if self.forget_ceiling in (None, "holdout") else (float(self.forget_ceiling), None)
+
+    def _capped_terms(self, batch, cap) -> tuple[Tensor, Tensor]:
+        """(Σ over items of their capped terms, Σ over items of what is past the caps), each over the global
+        batch's item count: L_f and the retain side's hold on the items past the caps."""
+        nll, entropy, count = self.item_losses(batch, with_entropy=cap[1] is not None)
+        terms = [(nll, cap[0])] + ([(entropy, cap[1])] if cap[1] is not None else [])
+        capped = sum(v.clamp(max=c).sum() for v, c in terms) / count
+        past = sum((v * (v.detach() > c).to(v.dtype)).sum() for v, c in terms) / count
+        return capped, past
 
     def objective_gradients(self, retain_batch, forget_batch):
         """(L_r, g_r, L_f, g_f) of this step; g_f stays in p.grad, where the update is written over it. With a
-        forget ceiling c: L_f = mean_i min(NLL_i, c) and L_r += Σ_{NLL_i > c} NLL_i / n over the forget batch."""
+        forget ceiling c: L_f = mean_i min(NLL_i, c) (+ the capped entropy) and L_r += what is past the caps."""
         cap = self.ceiling()
         loss_r = self.checked_loss(retain_batch, "retain")
         if cap is None:
             grads_r = self.gradients(loss_r, release=True)
             loss_f = self.checked_loss(forget_batch, "forget")
             return loss_r, grads_r, loss_f, self.gradients(loss_f, release=False)
-        nll, count = self.item_losses(forget_batch)
-        past = (nll.detach() > cap).to(nll.dtype)
-        loss_r = self.checked(loss_r + (nll * past).sum() / count, "retain")
+        capped, past = self._capped_terms(forget_batch, cap)
+        loss_r = self.checked(loss_r + past, "retain")
         grads_r = self.gradients(loss_r, release=True, retain_graph=True)  # the forget pass is used again below
-        loss_f = self.checked(nll.clamp(max=cap).sum() / count, "forget")
+        loss_f = self.checked(capped, "forget")
         return loss_r, grads_r, loss_f, self.gradients(loss_f, release=False)
 
     def forget_loss(self, batch) -> Tensor:
         """L_f as this step's objective defines it (for measuring a step's effect)."""
         cap = self.ceiling()
-        if cap is None:
-            return self.compute_loss(batch)
-        nll, count = self.item_losses(batch)
-        return nll.clamp(max=cap).sum() / count
+        return self.compute_loss(batch) if cap is None else self._capped_terms(batch, cap)[0]
 
     def step_controls(self, loss_r: Tensor, loss_f: Tensor, rr: Tensor, ff: Tensor, rf: Tensor) -> tuple[float, float]:
         """This step's (total quota in clipped units, η): the policy's, or (`quota` in its units, `eta`)."""
@@ -263,3 +296,13 @@ class HAMUModule(UnlearningModule):
         for name, count in step.branch_counts().items():
             logs[f"hamu/branch_{name}"] = float(count)
         return logs
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)
+        if self.preconditioner is not None:  # exact resume: the second moments are state, like Adam's
+            checkpoint["hamu_preconditioner"] = self.preconditioner.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        if self.preconditioner is not None and "hamu_preconditioner" in checkpoint:
+            self.preconditioner.load_state_dict(checkpoint["hamu_preconditioner"])

@@ -99,20 +99,22 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule):
             loss = loss * (local * world / total).to(loss.dtype)
         return loss
 
-    def item_losses(self, batch) -> tuple[Tensor, float]:
-        """(each sequence's mean NLL [B], the global batch's sequence count): per-item losses whose sums, divided
-        by that count, are means over the *global* batch under data parallelism."""
-        from lit_unlearn.algorithms.losses import sequence_nll
+    def item_losses(self, batch, with_entropy: bool = False) -> tuple[Tensor, Tensor | None, float]:
+        """(each sequence's mean NLL [B], its mean predictive entropy [B] if asked, the global batch's sequence
+        count): per-item values whose sums divided by that count are means over the *global* batch under data
+        parallelism."""
+        from lit_unlearn.algorithms.losses import sequence_entropy, sequence_nll
 
         logits, labels = self.logits_and_labels(batch)
         nll = sequence_nll(logits, labels)
+        entropy = sequence_entropy(logits, labels) if with_entropy else None
         count = float(labels.shape[0])
         world = self.trainer.world_size if self._trainer is not None else 1
         if world > 1 and dist.is_available() and dist.is_initialized():
             total = torch.tensor(count, dtype=torch.float64, device=nll.device)
             dist.all_reduce(total)
             count = float(total) / world  # each rank's sum over count, averaged over ranks, is the global mean
-        return nll, count
+        return nll, entropy, count
 
     # ----- helpers for subclasses ----------------------------------------------------------------------------------
     @property
