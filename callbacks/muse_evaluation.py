@@ -4,12 +4,12 @@ asked), log VerbMem / KnowMem / PrivLeak / ES / EM to the trainer's loggers (Ten
 
 from __future__ import annotations
 
-from lit_unlearn.callbacks.report_evaluation import ReportEvaluation
+from lit_unlearn.callbacks.evaluation_callback import EvaluationCallback
 
 __all__ = ["MuseEvaluation"]
 
 
-class MuseEvaluation(ReportEvaluation):
+class MuseEvaluation(EvaluationCallback):
     kind = "muse"
     title = "MUSE"
     source_type, source_has, datamodule_type = "MuseSource", "texts", "MuseDataModule"

@@ -14,14 +14,14 @@ under data parallelism.
 from __future__ import annotations
 
 
-from lit_unlearn.callbacks.report_evaluation import ReportEvaluation
+from lit_unlearn.callbacks.evaluation_callback import EvaluationCallback
 
 __all__ = ["TofuEvaluation"]
 
 WORLD = "world"  # reference="world": the retain-only report beside the world's data folder
 
 
-class TofuEvaluation(ReportEvaluation):
+class TofuEvaluation(EvaluationCallback):
     kind = "tofu"
     title = "TOFU"
     source_type, source_has, datamodule_type = "TofuSource", "eval_splits", "TofuDataModule"

@@ -14,7 +14,6 @@ DeepSpeed checkpoint folder counts only when its completion marker exists.
 from __future__ import annotations
 
 import io
-import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -22,35 +21,11 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from lit_unlearn.files import atomic_write_bytes
+
 __all__ = ["AtomicCheckpointIO", "atomic_write_bytes", "checkpoint_is_loadable", "COMPLETE_MARKER"]
 
 COMPLETE_MARKER = "CHECKPOINT_COMPLETE"  # written last into a sharded (DeepSpeed) checkpoint folder
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # not supported on this platform / filesystem
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write `data` to `path` so that a reader sees the old content or the new one, never a part."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -61,32 +61,13 @@ def _parser(cmd: Command):
     return parser
 
 
-def _normalise(argv: Sequence[str], cmd: Command) -> list[str]:
-    """`--max-new-tokens` → `--max_new_tokens`; a bare bool flag `--fresh` → `--fresh=true`; `--no-x` → `--x=false`."""
-    params = inspect.signature(cmd.run).parameters
-    bools = {n for n, p in params.items() if isinstance(p.default, bool)}
-    out: list[str] = []
-    argv = list(argv)
-    for i, arg in enumerate(argv):
-        if not arg.startswith("--") or arg == "--":
-            out.append(arg)
-            continue
-        name, eq, value = arg[2:].partition("=")
-        name = name.replace("-", "_")
-        if name in bools and not eq and (i + 1 >= len(argv) or argv[i + 1].lower() not in ("true", "false")):
-            out.append(f"--{name}=true")
-        elif name.startswith("no_") and name[3:] in bools and not eq:
-            out.append(f"--{name[3:]}=false")
-        else:
-            out.append(f"--{name}" + (f"={value}" if eq else ""))
-    return out
-
-
 def parse_function_arguments(cmd: Command, argv: Sequence[str]) -> dict:
     """The keyword arguments of a function command's entry point, from its command line."""
+    from lit_unlearn.launch.arguments import options_of, spelled_for_jsonargparse
+
     parser = _parser(cmd)
     try:
-        config = parser.parse_args(_normalise(argv, cmd))
+        config = parser.parse_args(spelled_for_jsonargparse(argv, options_of(cmd.run, training=False)))
     except Exception as err:  # noqa: BLE001 - jsonargparse raises ArgumentError (or its own) with a plain message
         raise UserError(_argument_error(cmd, str(err))) from None
     values = config.as_dict()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["say"]
+__all__ = ["say", "fmt"]
 
 
 def say(message: str) -> None:
@@ -13,3 +13,10 @@ def say(message: str) -> None:
 
     if getattr(rank_zero_only, "rank", 0) == 0:
         print(message, file=sys.stdout, flush=True)
+
+
+def fmt(value, spec: str = ".4g", missing: str = "n/a") -> str:
+    """A number for a table: floats with `spec`, other values as they print, None as `missing`."""
+    if value is None:
+        return missing
+    return format(value, spec) if isinstance(value, float) else str(value)

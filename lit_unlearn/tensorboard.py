@@ -24,9 +24,10 @@ def log_scalars(trainer, values: Mapping[str, float], step: int) -> None:
             logger.log_metrics({k: float(v) for k, v in values.items() if v is not None}, step=step)
 
 
-def write_scalars(logdir, values: Mapping[str, float], step: int = 0, text: Mapping[str, str] | None = None) -> None:
-    """Scalars (and markdown texts) into TensorBoard event files under `logdir`, outside any training run (the
-    standalone evaluations and the audit)."""
+def write_scalars(logdir, values: Mapping[str, float], step: int = 0, text: Mapping[str, str] | None = None,
+                  figures: Mapping[str, Any] | None = None) -> None:
+    """Scalars (and markdown texts, matplotlib figures) into TensorBoard event files under `logdir`, outside any
+    training run (the standalone evaluations, the audit, the bench)."""
     from pathlib import Path
 
     from torch.utils.tensorboard import SummaryWriter
@@ -38,6 +39,8 @@ def write_scalars(logdir, values: Mapping[str, float], step: int = 0, text: Mapp
                 writer.add_scalar(tag, float(value), step)
         for tag, markdown in (text or {}).items():
             writer.add_text(tag, "\n" + markdown, step)
+        for tag, figure in (figures or {}).items():
+            writer.add_figure(tag, figure, step, close=False)
 
 
 def log_text(trainer, tag: str, markdown: str, step: int) -> None:

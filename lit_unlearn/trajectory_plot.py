@@ -5,17 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lit_unlearn.plotting import pyplot
+
 __all__ = ["trajectory_figure"]
 
 
 def trajectory_figure(history: Sequence[dict[str, float]], ended_on: int | None = None, title: str = ""):
     """A matplotlib figure, or None when matplotlib is not installed (`pip install lit-unlearn[plots]`)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot(required=False)
+    if plt is None:
         return None
     rows = sorted(history, key=lambda r: r["step"])
     steps = [r["step"] for r in rows]

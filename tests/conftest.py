@@ -32,10 +32,13 @@ WORLD_LEVELS = ("01",)
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end runs (CLI subprocesses, kill/resume); CI runs them too")
+    config.addinivalue_line("markers", "extended: minutes-long checks whose property another test in the main "
+                                       "command proves too; run with `pytest -m extended tests` (README)")
     import torch
 
     torch.set_num_threads(1)
-    if _is_controller(config) and "not slow" not in (config.option.markexpr or ""):
+    if _is_controller(config) and "not slow" not in (config.option.markexpr or "") and \
+            (config.option.markexpr or "").strip() != "extended":
         _build_world_before_the_workers()
 
 
@@ -76,3 +79,27 @@ def tofu_world():
     from lit_unlearn.worlds.tofu_world import prepare_tofu_world
 
     return prepare_tofu_world(WORLDS, seed=0, levels=WORLD_LEVELS, log=lambda *a: None)
+
+
+@pytest.fixture(scope="session")
+def digits_target(tmp_path_factory):
+    """A small digits target (ResNet-8, 2 epochs), trained once per session by `lit-unlearn pretrain` called in this
+    process (the process is not what these tests are about) and shared by the CLI, cluster and error tests; the
+    console script's own pretrain → unlearn is test_cli_and_resume.py's first test."""
+    from filelock import FileLock
+
+    from lit_unlearn.cli import main
+
+    folder = shared_folder(tmp_path_factory, "digits_target")
+    ckpt = folder / "runs/digits/target/latest/checkpoints/last.ckpt"
+    with FileLock(str(folder / ".lock")):
+        if not ckpt.is_file():
+            cwd = os.getcwd()
+            os.chdir(folder)
+            try:
+                main(["pretrain", "--trainer.max_epochs=2", "--trainer.enable_progress_bar=false",
+                      "--model.init_args.network.init_args.depth=8"])
+            finally:
+                os.chdir(cwd)
+    assert ckpt.is_file()
+    return ckpt

@@ -71,3 +71,27 @@ def tiny_tofu(folder, seed):
     texts = [r["question"] + " " + a for rows in splits.values() for r in rows
              for a in [r["answer"], *r.get("perturbed_answer", []), r.get("paraphrased_answer", "")] if a]
     return splits, train_bpe_tokenizer(texts, folder / "tok", vocab_size=400)
+
+
+def cli_here(args, cwd):
+    """`lit-unlearn ARGS` run in this process from folder `cwd`, as a CompletedProcess (returncode, stdout, stderr):
+    for tests of what the command says, where a new process would only add its start-up time."""
+    import contextlib
+    import io
+    import os
+    import subprocess
+
+    from lit_unlearn.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main(list(args))
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())

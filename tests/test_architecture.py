@@ -13,9 +13,10 @@ REPO = Path(__file__).resolve().parent.parent
 # Lowest first. A module may import its own layer and the layers below it, never one above.
 LAYERS = [
     ("base", ["errors", "console", "quiet", "hub", "eval_mode", "batches", "tensorboard", "trajectory_plot",
-              "checkpoint_io", "checkpoints", "specs", "packaged_files", "process", "__init__"]),
+              "plotting", "files", "checkpoint_io", "checkpoints", "specs", "packaged_files", "process",
+              "__init__"]),
     ("algorithms", ["algorithms"]),
-    ("data, models, metrics, verification", ["reporting", "data", "models", "metrics", "distributed",
+    ("data, models, metrics, verification", ["results_tables", "data", "models", "metrics", "distributed",
                                               "verification"]),
     ("modules", ["modules"]),
     ("callbacks", ["callbacks"]),

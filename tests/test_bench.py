@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from lit_unlearn.bench import load_bench_spec, run_bench
-from lit_unlearn.bench.benchmarks import TofuBenchmark
+from lit_unlearn.bench.adapters import TofuBenchmark
 from lit_unlearn.errors import UserError
 from lit_unlearn.packaged_files import packaged_config
 

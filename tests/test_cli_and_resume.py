@@ -26,19 +26,16 @@ def cli(args, cwd, env, check=True):
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory):
-    """A small target trained through `lit-unlearn pretrain` (shared by the tests below)."""
-    import os
-
-    cwd = tmp_path_factory.mktemp("pretrain")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    cli(["pretrain", "--trainer.max_epochs=2", "--trainer.enable_progress_bar=false", *TINY_NET], cwd, env)
-    ckpt = cwd / "runs/digits/target/latest/checkpoints/last.ckpt"
-    assert ckpt.is_file()
-    return ckpt
+def target(digits_target):
+    return digits_target
 
 
-def test_pretrain_then_unlearn_writes_table_and_tensorboard(target, tmp_path, subprocess_env):
+def test_pretrain_then_unlearn_writes_table_and_tensorboard(tmp_path, subprocess_env):
+    """pretrain → unlearn through the console script, as a user runs them (the one place the suite trains a target
+    in its own process)."""
+    cli(["pretrain", "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false", *TINY_NET], tmp_path,
+        subprocess_env)
+    target = tmp_path / "runs/digits/target/latest/checkpoints/last.ckpt"
     out = cli(["unlearn", f"--model.init_args.target_ckpt={target}", "--trainer.max_steps=12",
                "--trainer.enable_progress_bar=false", *TINY_NET], tmp_path, subprocess_env)
     assert "| forget |" in out.stdout and "| retain |" in out.stdout and "| test |" in out.stdout

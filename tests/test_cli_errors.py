@@ -1,5 +1,7 @@
-"""User errors through the real command line: a few lines on stderr, no traceback, exit code 2, and what to do.
-Also: every command's --help answers fast and writes nothing, and a failed run leaves nothing behind."""
+"""User errors through the command line: a few lines on stderr, no traceback, exit code 2, and what to do. Most
+cases call the command line in this process (what it says is the point, not the process); the exit path, the help
+and the import-time noise go through real processes. Also: every command's --help answers fast and writes nothing,
+and a failed run leaves nothing behind."""
 
 import json
 import subprocess
@@ -7,6 +9,8 @@ import sys
 import time
 
 import pytest
+
+from helpers import cli_here
 
 pytestmark = pytest.mark.slow
 
@@ -28,14 +32,8 @@ def assert_user_error(proc, *needles):
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory):
-    import os
-
-    cwd = tmp_path_factory.mktemp("target")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = run(["pretrain", "--trainer.max_epochs=1", *TINY], cwd, env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return cwd / "runs/digits/target/latest/checkpoints/last.ckpt"
+def target(digits_target):
+    return digits_target
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +67,7 @@ def tofu_assets(tmp_path_factory):
 def test_bad_unlearning_inputs_are_one_message(case, target, tmp_path, subprocess_env):
     _, args, needles = case
     depth = [] if "another architecture" in case[0] else TINY
-    proc = run(["unlearn", f"--model.init_args.target_ckpt={target}", *depth, *args], tmp_path, subprocess_env)
+    proc = cli_here(["unlearn", f"--model.init_args.target_ckpt={target}", *depth, *args], tmp_path)
     assert_user_error(proc, *needles)
     hamu = tmp_path / "runs/digits/hamu"
     assert not hamu.exists() or not any(hamu.iterdir()), f"a failed run left {list(hamu.rglob('*'))} behind"
@@ -81,8 +79,8 @@ def test_missing_target_and_relative_target_without_reference(tmp_path, target, 
     config = tmp_path / "ga.yaml"
     config.write_text("trainer:\n  callbacks:\n    - class_path: lit_unlearn.callbacks.StopAtTarget\n"
                       "      init_args: {target: 'ua within 0.05 of retrain'}\n")
-    assert_user_error(run(["unlearn", "--preset", "digits_ga", "--config", str(config),
-                           f"--model.init_args.target_ckpt={target}", *TINY], tmp_path, subprocess_env),
+    assert_user_error(cli_here(["unlearn", "--preset", "digits_ga", "--config", str(config),
+                                f"--model.init_args.target_ckpt={target}", *TINY], tmp_path),
                       "ForgettingVerification")
 
 
@@ -90,12 +88,12 @@ def test_experiment_config_typo_and_tofu_data_errors(tmp_path, tofu_assets, subp
     bad = tmp_path / "suite.yaml"
     from lit_unlearn.packaged_files import packaged_config
 
-    bad.write_text(open(packaged_config("claims_digits")).read().replace("epochs: 10", "epochz: 10"))
-    assert_user_error(run(["experiment", "--config", str(bad)], tmp_path, subprocess_env),
+    bad.write_text(open(packaged_config("experiment_digits")).read().replace("epochs: 10", "epochz: 10"))
+    assert_user_error(cli_here(["experiment", "--config", str(bad)], tmp_path),
                       "unknown key 'epochz'", "did you mean 'epochs'")
     model, data = tofu_assets / "model", tofu_assets / "data"
-    assert_user_error(run(["tofu-eval", "--model", str(model), "--tokenizer", "nowhere/tok/en", "--data", str(data)],
-                          tmp_path, subprocess_env), "tokenizer 'nowhere/tok/en': no such folder")
+    assert_user_error(cli_here(["tofu-eval", "--model", str(model), "--tokenizer", "nowhere/tok/en", "--data",
+                                str(data)], tmp_path), "tokenizer 'nowhere/tok/en': no such folder")
     broken = tmp_path / "broken"
     broken.mkdir()
     for f in data.iterdir():
@@ -104,12 +102,12 @@ def test_experiment_config_typo_and_tofu_data_errors(tmp_path, tofu_assets, subp
             rows = [{k: v for k, v in r.items() if k != "perturbed_answer"} for r in rows]
         (broken / f.name).write_text(json.dumps(rows))
     started = time.perf_counter()
-    assert_user_error(run(["tofu-eval", "--model", str(model), "--data", str(broken)], tmp_path, subprocess_env),
+    assert_user_error(cli_here(["tofu-eval", "--model", str(model), "--data", str(broken)], tmp_path),
                       "no column(s) ['perturbed_answer']", "forget")
     not_a_report = tmp_path / "ref.json"
     not_a_report.write_text("{}")
-    assert_user_error(run(["tofu-eval", "--model", str(model), "--data", str(data), "--reference",
-                           str(not_a_report)], tmp_path, subprocess_env), "per-item forget truth ratios")
+    assert_user_error(cli_here(["tofu-eval", "--model", str(model), "--data", str(data), "--reference",
+                                str(not_a_report)], tmp_path), "per-item forget truth ratios")
     assert time.perf_counter() - started < 120  # refused before any evaluation work
 
 
@@ -133,7 +131,7 @@ def test_function_commands_read_their_options_from_a_config_file(tmp_path, subpr
     folder that is not there, named in a one-line error) and the command line still overrides them."""
     config = tmp_path / "eval.yaml"
     config.write_text("model: ./nowhere/model\ndata: ./nowhere/data\nforget_level: '01'\nmax_length: 256\n")
-    assert_user_error(run(["tofu-eval", "--config", str(config)], tmp_path, subprocess_env),
+    assert_user_error(cli_here(["tofu-eval", "--config", str(config)], tmp_path),
                       "model './nowhere/model': no such folder")
-    assert_user_error(run(["tofu-eval", "--config", str(config), "--model", "./elsewhere"], tmp_path,
-                          subprocess_env), "model './elsewhere': no such folder")
+    assert_user_error(cli_here(["tofu-eval", "--config", str(config), "--model", "./elsewhere"], tmp_path),
+                      "model './elsewhere': no such folder")

@@ -43,11 +43,8 @@ def cli(args, cwd, env, check=True):
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory):
-    cwd = tmp_path_factory.mktemp("target")
-    cli(["pretrain", "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false",
-         "--model.init_args.network.init_args.depth=8"], cwd, dict(os.environ, PYTHONUNBUFFERED="1"))
-    return cwd / "runs/digits/target/latest/checkpoints/last.ckpt"
+def target(digits_target):
+    return digits_target
 
 
 def final_weights(folder):

@@ -98,7 +98,7 @@ def test_recorder_rows_are_the_evaluation_of_the_model_at_that_point():
 
 
 def test_packaged_suite_configs_load_and_method_configs_extend_the_shared_base():
-    for name in ("claims_digits", "claims_cifar10"):
+    for name in ("experiment_digits", "experiment_cifar10"):
         cfg = load_config(config_chain(name)[-1])
         assert set(cfg.get("studies", STUDIES)) <= set(STUDIES)
     for method in ("hamu", "ft", "ga", "graddiff", "kl", "scrub", "npo"):

@@ -32,29 +32,32 @@ def _scores(world, network):
     return report.per_item["mia"]
 
 
-def _reporting_verdict(mia):
-    """The verdict HoldoutVerification gives on the reporting half (its split, its calibrated δ)."""
+def _verdict(mia, half="steering"):
+    """The verdict HoldoutVerification gives on a half (its split, its calibrated margins)."""
     from lit_unlearn.verification.holdout_calibration import calibrated_delta
     from lit_unlearn.verification.steering_halves import half_verdict, split_halves
 
     groups = {side: [i // 20 for i in range(len(mia[f"{side}_loss"]))] for side in ("forget", "holdout")}
     halves = {side: split_halves(groups[side], 0) for side in groups}
-    return half_verdict(mia, groups, halves, "reporting", ATTACKS, calibrated_delta("01"))
+    return half_verdict(mia, groups, halves, half, ATTACKS, *calibrated_delta("01"))
 
 
 def test_target_and_collapsed_model_fail_while_the_retain_only_model_passes(tofu_world):
+    """On the steering half of the shared world (seed 0). Its reporting half has the retain-only model's worst
+    author within 0.01 of δ_author, so whether it passes there depends on the last digits of a training run on
+    this machine; over test worlds the retain-only pass rate is in docs/generated/holdout_calibration.md."""
     from lit_unlearn.batches import logits_and_labels
     from lit_unlearn.data import TofuSource
     from lit_unlearn.data.tofu import QAFormatter, pad_collate
     from lit_unlearn.data.tokenizer import load_tokenizer
     from lit_unlearn.models import CausalLM
 
-    retain_only = _reporting_verdict(json.loads(tofu_world.reference("01").read_text())["per_item"]["mia"])
+    retain_only = _verdict(json.loads(tofu_world.reference("01").read_text())["per_item"]["mia"])
     assert retain_only.passed, retain_only.as_dict()
 
-    target = _reporting_verdict(_scores(tofu_world, CausalLM(name_or_path=str(tofu_world.target))))
-    assert not target.passed and target.worst.side() == "remembers"
-    assert all(iv.auc > 0.95 for iv in target.intervals.values())
+    target = _verdict(_scores(tofu_world, CausalLM(name_or_path=str(tofu_world.target))))
+    assert not target.passed and target.worst[1].side() == "remembers" and target.wants_more_forgetting()
+    assert all(iv.auc > 0.95 for iv in target.pooled.intervals.values())
 
     # GA at a high learning rate: the forget answers' NLL far above unseen authors'. Over-forgetting is as
     # recognisable as remembering.
@@ -71,9 +74,10 @@ def test_target_and_collapsed_model_fail_while_the_retain_only_model_passes(tofu
         opt.zero_grad()
         (-loss).backward()
         opt.step()
-    collapsed = _reporting_verdict(_scores(tofu_world, net.eval()))
-    assert not collapsed.passed
-    assert collapsed.intervals["loss"].side() == "over-forgotten" and collapsed.intervals["loss"].high < 0.2
+    collapsed = _verdict(_scores(tofu_world, net.eval()))
+    assert not collapsed.passed and not collapsed.wants_more_forgetting()
+    loss = collapsed.pooled.intervals["loss"]
+    assert loss.side() == "over-forgotten" and loss.high < 0.2
 
 
 class _Reads:
@@ -150,7 +154,8 @@ def test_stop_rule_and_controller_never_read_the_reporting_half(short_run):
     assert any(half == "reporting" for half, _ in reads)  # the reporting half is read, for the report only
     split = result["split"]
     assert set(split["forget"]["steering"]).isdisjoint(split["forget"]["reporting"])
-    assert result["after"]["verdict"]["n_items"] == {"forget": 20, "holdout": 20}
+    assert result["after"]["verdict"]["pooled"]["n_items"] == {"forget": 20, "holdout": 20}
+    assert set(result["after"]["verdict"]["authors"]) == {"0", "1"}  # one test per forget author too
 
 
 def test_final_model_loads_with_plain_transformers_and_gives_the_reports_nlls(short_run, tofu_world, subprocess_env):

@@ -16,22 +16,30 @@ def cli(args, cwd, env):
 
 
 @pytest.mark.slow
-def test_tofu_demo_meets_its_reference_free_target_and_standalone_eval_reproduces_the_callback(
+def test_tofu_demo_end_to_end_verifies_on_the_half_no_decision_read_and_standalone_eval_reproduces_it(
         tmp_path, subprocess_env, tofu_world):
-    """The default job as a user runs it (world seed 0, forget01): HAMU with the quota controller stops when every
-    membership attack's forget-vs-holdout interval lies inside 0.5 ± δ on the steering half with utility ≥ 0.95×
-    the target's, and the reporting half, which no decision read, passes too. All seeds: benchmarks/tofu_demo_seeds.py."""
-    out = cli(["tofu-demo", "--worlds", str(tofu_world.folder.parent), "--trainer.enable_progress_bar=false"],
-              tmp_path, subprocess_env)
-    target = "'holdout_band_ratio <= 1 and model_utility_ratio >= 0.95'"
-    assert f"StopAtTarget {target}: met at step" in out.stdout, out.stdout[-3000:]
+    """The default job as a user runs it (world seed 0, forget01; 40 steps here): HAMU with the quota controller,
+    looks at the steering half every 5 steps, the verdict on the reporting half (its numbers recomputed here from
+    the per-item scores it saved), the TOFU table with the gold standard, TensorBoard, and the final weights as a
+    Hugging Face folder that `tofu-eval` scores as the callback did. Whether the default target is met is a result
+    (docs/generated/tofu_demo_01.md, from benchmarks/tofu_demo_seeds.py), not asserted here."""
+    from lit_unlearn.verification.holdout_equivalence import holdout_verdict
+
+    out = cli(["tofu-demo", "--worlds", str(tofu_world.folder.parent), "--trainer.max_steps=40",
+               "--trainer.enable_progress_bar=false"], tmp_path, subprocess_env)
+    assert "StopAtTarget 'holdout_band_ratio <= 1 and model_utility_ratio >= 0.95'" in out.stdout, out.stdout[-3000:]
     run = tmp_path / "runs/tofu/hamu/version_0"
     result = json.loads((run / "holdout_verification.json").read_text())
     after, before = result["after"], result["before"]
-    assert after["verdict"]["passed"] and after["verdict"]["band"] <= result["delta"]
-    assert after["model_utility_ratio"] >= 0.95
-    assert not before["passed"] and before["band"] > 0.45  # the target: every attack near AUC 1
-    assert result["looks"] >= 2 and "Reference-free verification: PASSED" in out.stdout
+    assert not before["passed"] and before["band_ratio"] > 1.4  # the target: every attack near AUC 1
+    split, scores = result["split"], after["per_item"]
+    groups = {side: [i // 20 for i in split[side]["reporting"]] for side in ("forget", "holdout")}
+    again = holdout_verdict({a: scores[f"forget_{a}"] for a in result["attacks"]},
+                            {a: scores[f"holdout_{a}"] for a in result["attacks"]}, groups["forget"],
+                            groups["holdout"], result["delta"], result["delta_author"], result["alpha"])
+    assert again.band_ratio == pytest.approx(after["verdict"]["band_ratio"], abs=1e-12)
+    assert again.passed == after["verdict"]["passed"]
+    assert f"Reference-free verification: {'PASSED' if again.passed else 'FAILED'}" in out.stdout
     assert (run / "model" / "model.safetensors").is_file()  # the final weights, loadable by other tools
     events = list(run.glob("events.out.tfevents.*"))
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -39,7 +47,9 @@ def test_tofu_demo_meets_its_reference_free_target_and_standalone_eval_reproduce
     acc = EventAccumulator(str(events[0]))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    assert {"verify/band", "verify/passed", "verify/min_k_plus_plus_auc", "verify/steering/band"} <= tags
+    assert {"verify/band_ratio", "verify/passed", "verify/min_k_plus_plus_auc", "verify/steering/band_ratio"} <= tags
+    looks = [e.step for e in acc.Scalars("verify/steering/band_ratio")]
+    assert result["looks"] == len(looks) >= 2 and looks[0] == 0 and all(s % 5 == 0 for s in looks)  # the cadence
     assert {"tofu/forget/es", "tofu/mia/gradnorm_auc", "gold_standard/forget_quality"} <= tags
     results = json.loads((run / "tofu_results.json").read_text())["summary"]
     world = tmp_path / "runs/tofu/world"  # the link to the world in use

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 def _signal_the_first_run_under(monkeypatch, folder, step):
     """From now on, the first run launched under `folder` (other than a target's training) receives SIGUSR1 inside
     the backward pass of `step`."""
-    import lit_unlearn.experiments.runs as experiment_runs
+    import lit_unlearn.experiments.unlearning_run as experiment_runs
     import lit_unlearn.launch.runs as runs
 
     real, fired = runs.prepare_launch, []

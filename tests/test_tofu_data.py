@@ -173,3 +173,88 @@ def test_baselines_move_the_loss_they_target_on_a_tiny_llama(tofu, name):
     quick_trainer(2, limit_val_batches=0).fit(module, dm)
     after = loss(side)
     assert (after < before) if name in ("FT", "SCRUB") else (after > before)
+
+
+def _per_item(net, batch):
+    """(each item's mean answer NLL, each item's mean predictive entropy), written out with plain torch."""
+    logits = net(batch["input_ids"], attention_mask=batch["attention_mask"])[:, :-1]
+    labels = batch["labels"][:, 1:]
+    nll, ent = [], []
+    for i in range(labels.shape[0]):
+        keep = labels[i] != -100
+        logp = torch.log_softmax(logits[i][keep], -1)
+        nll.append(-logp.gather(-1, labels[i][keep].unsqueeze(-1)).mean())
+        ent.append(-(logp.exp() * logp).sum(-1).mean())
+    return torch.stack(nll), torch.stack(ent)
+
+
+@pytest.mark.parametrize("options", [{"forget_ceiling": "cap"}, {"preconditioner": "adam"},
+                                     {"forget_ceiling": "cap", "preconditioner": "adam"}], ids=str)
+def test_hamus_named_options_step_as_written_out(tofu, options):
+    """forget_ceiling c: L_f = mean_i min(NLL_i, c), L_r gains Σ_{NLL_i > c} NLL_i / n; preconditioner="adam":
+    the closed form on ĝ = s ⊙ g with s = (√v̂ + ε)^(−1/2), v̂ = (g_r² + g_f²)/2 at the first step, and
+    δ = s ⊙ u. Both recomputed here with autograd and hamu_step, against one step of the module."""
+    folder, _, tok = tofu
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)))
+    start = copy.deepcopy(net)
+    dm = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=8, forget_batch_size=4)
+    dm.setup("fit")
+    retain, forget = next(iter(dm.train_dataloader()))
+    nll0, _ = _per_item(start, forget)
+    middle = nll0.sort().values[1:3]  # a cap between two items' losses: some items past it, some not, no tie
+    cap = float(middle.mean()) if options.get("forget_ceiling") else None
+    kwargs = {**options, "forget_ceiling": cap}
+    module = HAMUModule(net, eta=0.05, quota=0.01, grouping="global", **kwargs)
+    quick_trainer(1, limit_val_batches=0).fit(module, dm)
+
+    params = list(start.parameters())
+    logits = start(retain["input_ids"], attention_mask=retain["attention_mask"])[:, :-1]
+    loss_r = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), retain["labels"][:, 1:].reshape(-1))
+    nll, _ = _per_item(start, forget)
+    if cap is None:
+        logits_f = start(forget["input_ids"], attention_mask=forget["attention_mask"])[:, :-1]
+        loss_f = torch.nn.functional.cross_entropy(logits_f.reshape(-1, logits_f.shape[-1]),
+                                                   forget["labels"][:, 1:].reshape(-1))
+    else:
+        past = nll.detach() > cap
+        assert 0 < past.sum() < len(past)
+        loss_r = loss_r + nll[past].sum() / len(nll)
+        loss_f = torch.minimum(nll, torch.tensor(cap)).sum() / len(nll)
+    gr = torch.autograd.grad(loss_r, params, retain_graph=True)
+    gf = torch.autograd.grad(loss_f, params)
+    scale = [torch.ones_like(p) for p in params]
+    if options.get("preconditioner"):
+        scale = [((a.double() ** 2 + b.double() ** 2) / 2).sqrt().add(1e-8).rsqrt() for a, b in zip(gr, gf)]
+        gr = [s * g for s, g in zip(scale, gr)]
+        gf = [s * g for s, g in zip(scale, gf)]
+    dot = lambda a, b: sum((x.double() * y.double()).sum() for x, y in zip(a, b)).reshape(1)  # noqa: E731
+    step = hamu_step(dot(gr, gr), dot(gf, gf), dot(gr, gf), eta=0.05, quota=0.01)
+    for p0, p1, a, b, s in zip(params, net.parameters(), gf, gr, scale):
+        torch.testing.assert_close(p1 - p0, (s * (step.coef_f[0] * a + step.coef_r[0] * b)).float(), rtol=1e-3,
+                                   atol=1e-7)
+
+
+def test_forget_entropy_adds_each_items_capped_entropy(tofu):
+    """With forget_entropy the forget objective is mean_i [min(NLL_i, c) + min(H_i, c_H)], c and c_H the holdout
+    items' levels (here given by a stand-in source)."""
+    folder, _, tok = tofu
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)))
+    module = HAMUModule(net, forget_ceiling="holdout", forget_entropy=True)
+    dm = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=8, forget_batch_size=4)
+    dm.setup("fit")
+    _, forget = next(iter(dm.train_dataloader()))
+    nll, ent = _per_item(net, forget)
+    c, c_h = float(nll.sort().values[1:3].mean()), float(ent.sort().values[1:3].mean())
+
+    class Holdout:
+        def holdout_loss(self):
+            return c
+
+        def holdout_entropy(self):
+            return c_h
+
+    module._holdout_source = Holdout()
+    expected = (nll.clamp(max=c).sum() + ent.clamp(max=c_h).sum()) / len(nll)
+    assert module.forget_loss(forget).item() == pytest.approx(expected.item(), rel=1e-5)
+    with pytest.raises(Exception, match="forget_entropy needs forget_ceiling='holdout'"):
+        HAMUModule(net, forget_entropy=True)

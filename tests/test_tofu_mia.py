@@ -218,10 +218,12 @@ def test_two_processes_give_the_same_report_and_item_order(tofu, tmp_path):
         np.testing.assert_allclose(mia["holdout_nll"], single.per_item["mia"]["holdout_nll"], rtol=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # covered in the main command by test_tofu_world.py::test_retain_only_model_cannot_tell_...
 def test_generated_forget_and_holdout_authors_are_exchangeable_for_the_retain_only_model(tmp_path):
     """A model that saw neither the forget nor the holdout authors cannot tell them apart: its MIA AUCs between
-    the two lie in [0.35, 0.65] (30 authors on each side, so one unlucky author cannot decide the AUC)."""
+    the two lie in [0.35, 0.65] (30 authors on each side, so one unlucky author cannot decide the AUC). The
+    generated stand-in's property (`tofu-demo --generated`); the real-TOFU world's retain-only model is checked
+    for the same property in the main command (tests/test_tofu_world.py)."""
     import warnings
 
     from lit_unlearn.data.tokenizer import load_tokenizer

@@ -18,6 +18,8 @@ stays within 1, or within the retain-only model's band ratio under the same cond
 
 from __future__ import annotations
 
+import functools
+
 import copy
 import json
 import math
@@ -27,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from lit_unlearn.audit.spec import AuditSpec
-from lit_unlearn.console import say
+from lit_unlearn.console import fmt, say
 
 __all__ = ["run_audit", "AuditReport", "CONDITIONS"]
+
+_fmt = functools.partial(fmt, spec=".3f")  # this table's number format
 
 CONDITIONS = ("none", "relearn", "int8", "int4", "paraphrase")
 
@@ -100,8 +104,6 @@ class AuditReport:
         return "\n".join(lines)
 
 
-def _fmt(value) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
 
 
 def _measure(network, tokenizer, rows, holdout, groups, holdout_groups, spec: AuditSpec,

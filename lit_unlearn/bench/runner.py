@@ -8,6 +8,8 @@ are written from that file at the end.
 
 from __future__ import annotations
 
+import functools
+
 import json
 import time
 from pathlib import Path
@@ -15,11 +17,14 @@ from typing import Any, Callable
 
 from lightning.pytorch.utilities import rank_zero_only
 
-from lit_unlearn.bench.benchmarks import World, get_benchmark
+from lit_unlearn.bench.adapters import World, get_benchmark
 from lit_unlearn.bench.spec import BenchSpec, MethodSpec
 from lit_unlearn.errors import UserError
+from lit_unlearn.console import fmt
 
 __all__ = ["run_bench", "unlearn_and_evaluate"]
+
+_fmt = functools.partial(fmt, spec=".3g")  # this table's number format
 
 
 def _run_key(world: str, method: str, point: dict, level: str, seed: int, steps: int) -> str:
@@ -67,7 +72,7 @@ def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpe
 
 def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | None = None,
               log: Callable[[str], None] = print) -> Path:
-    from lit_unlearn.bench.report import write_outputs
+    from lit_unlearn.bench.results import write_outputs
 
     out = Path(out or spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -121,5 +126,3 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
     return write_outputs(spec, bench, out, rows, chosen, val.name, [m.name for m in methods])
 
 
-def _fmt(x) -> str:
-    return "n/a" if x is None else f"{x:.3g}"

@@ -7,15 +7,15 @@ from lit_unlearn.commands import command
 
 @command("experiment", "the CV experiment suite: trajectories, hardness, quota, stopping, ablation, verification",
          order=50, examples=("lit-unlearn experiment", "lit-unlearn experiment --studies verification",
-                             "lit-unlearn experiment --preset claims_digits_paper --out runs/claims"))
-def experiment(preset: str = "claims_digits", config: str | None = None, out: str | None = None,
+                             "lit-unlearn experiment --preset experiment_digits_paper --out runs/claims"))
+def experiment(preset: str = "experiment_digits", config: str | None = None, out: str | None = None,
                studies: str | None = None, plots: bool = True) -> None:
     """Run the CV experiment suite (docs/experiments.md). Every finished run is kept in OUT/runs.jsonl and every run
     has its own resumable folder: an interrupted suite continues where it stopped when the same command runs again.
 
     Args:
-        preset: a packaged suite config (claims_digits, claims_digits_paper, claims_cifar10)
-        config: a suite config file instead (see configs/experiment/claims_digits.yaml)
+        preset: a packaged suite config (experiment_digits, experiment_digits_paper, experiment_cifar10)
+        config: a suite config file instead (see configs/experiment/experiment_digits.yaml)
         out: output folder (default: the config's out_dir)
         studies: comma-separated subset of trajectories,hardness,quota,stopping,ablation,verification
         plots: write the figures (--no-plots: the CSVs and tables only)

@@ -38,7 +38,7 @@ def muse_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
     """
     from lit_unlearn.data import MuseSource
     from lit_unlearn.metrics.muse_eval import MuseEvaluator
-    from lit_unlearn.metrics.report_output import finish_report
+    from lit_unlearn.metrics.report_io import finish_report
     from lit_unlearn.models.loading import load_causal_lm
 
     network, tok = load_causal_lm(model, base, tokenizer, dtype, device)

@@ -24,7 +24,7 @@ def retrain(lightning_args: list[str], preset: str) -> None:
     from lit_unlearn.console import say
     from lit_unlearn.launch.runs import retrained_reference_of
     from lit_unlearn.launch.runs import build_run
-    from lit_unlearn.reporting import format_table
+    from lit_unlearn.results_tables import format_table
     from lit_unlearn.verification import ClassifierVerifier
 
     network, reference, dm = retrained_reference_of(build_run(lightning_args, preset, manage_runs=False))

@@ -59,9 +59,7 @@ def _point_world(folder) -> None:
     import os
     from pathlib import Path
 
+    from lit_unlearn.files import atomic_symlink
+
     Path(ROOT).mkdir(parents=True, exist_ok=True)  # the worlds may live elsewhere (--worlds)
-    link = Path(ROOT) / "world"
-    tmp = Path(ROOT) / f".world-{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(os.path.relpath(folder, ROOT), target_is_directory=True)
-    os.replace(tmp, link)
+    atomic_symlink(Path(ROOT) / "world", os.path.relpath(folder, ROOT))

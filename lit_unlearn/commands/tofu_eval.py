@@ -50,7 +50,7 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
     """
     from lit_unlearn.data import TofuSource
     from lit_unlearn.metrics import TofuEvaluator
-    from lit_unlearn.metrics.report_output import finish_report
+    from lit_unlearn.metrics.report_io import finish_report
     from lit_unlearn.models.loading import load_causal_lm
 
     network, tok = load_causal_lm(model, base, tokenizer, dtype, device)

@@ -2,7 +2,9 @@
 
 The stock strategy refuses anything but CUDA; DeepSpeed itself runs on CPU with its CPU accelerator. This
 subclass only (1) skips the CUDA check, (2) skips the CUDA device-index validation and (3) passes the local
-rank as DeepSpeed's device rank. On GPUs use the stock `lightning.pytorch.strategies.DeepSpeedStrategy`
+rank as DeepSpeed's device rank, and (4) keeps DeepSpeed from compiling its shared-memory collectives extension
+(`shm_comm`: about 76 CPU-seconds on a clean machine, and it only speeds up collectives between CPU processes;
+gloo carries them instead). On GPUs use the stock `lightning.pytorch.strategies.DeepSpeedStrategy`
 (the packaged Llama-2-7B configs use `lit_unlearn.distributed.DeepSpeedStrategy`, which adds checkpoint
 completion markers). It touches Lightning internals, which is one reason lightning is pinned.
 """
@@ -26,6 +28,9 @@ class CPUDeepSpeedStrategy(DeepSpeedStrategy):
         DDPStrategy.setup_environment(self)  # the parent's parent: no CUDA check
 
     def setup_distributed(self) -> None:
+        import deepspeed.comm.torch as ds_torch_comm
+
+        ds_torch_comm.build_shm_op = lambda: None  # (4): gloo only; TorchBackend is built by the next call
         reset_seed()
         self.set_world_ranks()
         self._init_deepspeed_distributed()

@@ -15,14 +15,9 @@ def _read(path: Path) -> list[dict[str, str]]:
 
 
 def _pyplot():
-    try:
-        import matplotlib
-    except ImportError as err:  # plots are optional: the CSVs hold every number
-        raise ImportError("figures need matplotlib: pip install 'lit-unlearn[plots]' (or pass --no-plots)") from err
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from lit_unlearn.plotting import pyplot
 
-    return plt
+    return pyplot()
 
 
 def plot_trajectories(rows: list[dict[str, str]], path: Path) -> Path:

@@ -16,8 +16,8 @@ from typing import Any
 from lit_unlearn.errors import UserError
 from lit_unlearn.launch.presets import config_chain
 
-__all__ = ["Option", "PRESET", "TARGET", "options_of", "split_options", "lightning_arguments",
-           "expand_config_arguments"]
+__all__ = ["Option", "PRESET", "TARGET", "options_of", "split_options", "spelled_for_jsonargparse",
+           "lightning_arguments", "expand_config_arguments"]
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,16 @@ TARGET = Option("target", 'stop at a forget target and end on the weights closes
                 '"forget_vs_retrain_auc <= 0.6", "ua within 0.05 of retrain", "forget_quality >= 0.05"', "TARGET")
 
 
-def options_of(run: Callable) -> list[Option]:
-    """A training command's own options, from its keyword parameters after the first (the LightningCLI arguments):
-    a bool default makes a flag; the docstring's `Args:` lines give the help."""
+def options_of(run: Callable, training: bool = True) -> list[Option]:
+    """A command's own options, from its keyword parameters (a training command's after the first, which takes the
+    LightningCLI arguments, and without the shared --preset/--target): a bool default makes a flag; the
+    docstring's `Args:` lines give the help."""
     docs = _arg_docs(run.__doc__ or "")
     out = []
     for i, (name, p) in enumerate(inspect.signature(run).parameters.items()):
-        if i == 0 or name in ("preset", "target") or p.kind not in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
+        if training and (i == 0 or name in ("preset", "target")):
+            continue
+        if p.kind not in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
             continue
         default = None if p.default is inspect.Parameter.empty else p.default
         flag = isinstance(default, bool)
@@ -81,6 +84,30 @@ def _arg_docs(doc: str) -> dict[str, str]:
     return out
 
 
+FLAG_VALUES = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def spelled_for_jsonargparse(argv: Sequence[str], options: Sequence[Option]) -> list[str]:
+    """A function command's arguments as jsonargparse reads them: `--max-new-tokens` → `--max_new_tokens`, a bare
+    flag `--fresh` → `--fresh=true`, `--no-fresh` → `--fresh=false` (the spellings split_options accepts too)."""
+    flags = {o.name for o in options if o.flag}
+    out: list[str] = []
+    argv = list(argv)
+    for i, arg in enumerate(argv):
+        if not arg.startswith("--") or arg == "--":
+            out.append(arg)
+            continue
+        name, eq, value = arg[2:].partition("=")
+        name = name.replace("-", "_")
+        if name in flags and not eq and (i + 1 >= len(argv) or argv[i + 1].lower() not in FLAG_VALUES):
+            out.append(f"--{name}=true")
+        elif name.startswith("no_") and name[3:] in flags and not eq:
+            out.append(f"--{name[3:]}=false")
+        else:
+            out.append(f"--{name}" + (f"={value}" if eq else ""))
+    return out
+
+
 def split_options(argv: Sequence[str], options: Sequence[Option]) -> tuple[dict[str, Any], list[str]]:
     """(the options' values, the other arguments in order). Unknown `--x` go to LightningCLI untouched."""
     by_spelling = {s: o for o in options for s in {o.spelling, "--" + o.name}}
@@ -98,9 +125,9 @@ def split_options(argv: Sequence[str], options: Sequence[Option]) -> tuple[dict[
             continue
         if option.flag:
             if eq:
-                if inline.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                if inline.lower() not in FLAG_VALUES:
                     raise UserError(f"{option.spelling} is a flag: give it alone, or ={{true,false}}, not {arg!r}")
-                values[option.name] = inline.lower() in ("true", "1", "yes")
+                values[option.name] = FLAG_VALUES[inline.lower()]
             else:
                 values[option.name] = True
             i += 1

@@ -15,7 +15,6 @@ runs of their own (`train_classifier`; fitting a run can launch another, so both
 
 from __future__ import annotations
 
-import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -306,15 +305,8 @@ def retrained_reference_of(launched: Launched):
 
 def _point_latest(folder: Path) -> None:
     """`<root>/latest` → the run that finished last (a stable path to its final checkpoint)."""
+    from lit_unlearn.files import atomic_symlink
     from lit_unlearn.launch.run_folder import process_rank
 
-    if process_rank() != 0:
-        return
-    link = folder.parent / "latest"
-    tmp = folder.parent / f".latest-{os.getpid()}"
-    try:
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(folder.name, target_is_directory=True)
-        os.replace(tmp, link)  # atomic swap of the link
-    except OSError:  # a filesystem without symbolic links: the path is in run.json anyway
-        tmp.unlink(missing_ok=True)
+    if process_rank() == 0:
+        atomic_symlink(folder.parent / "latest", folder.name)  # no symbolic links: run.json has the path anyway

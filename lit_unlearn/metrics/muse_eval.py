@@ -19,7 +19,6 @@ Under data parallelism each process takes items rank::world and the metric state
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from torch import nn
 
 from lit_unlearn.data.muse import MuseSource
 from lit_unlearn.eval_mode import eval_mode
-from lit_unlearn.errors import MissingFileError, UserError
+from lit_unlearn.errors import UserError
 from lit_unlearn.metrics import muse_math, tofu_math
 from lit_unlearn.metrics.tofu_eval import TofuReport
 from lit_unlearn.metrics.generation import greedy_continuations
@@ -40,16 +39,10 @@ HEADLINE = ("verbmem_f", "knowmem_f", "knowmem_r", "privleak")
 
 
 def _load_reference(reference) -> dict | None:
-    if reference is None or isinstance(reference, dict):
-        return reference
-    path = Path(reference)
-    if not path.is_file():
-        raise MissingFileError(f"MUSE reference {path} not found: evaluate the retrained model first "
-                               "(`lit-unlearn muse-eval ... --save`)")
-    data = json.loads(path.read_text())
-    if (data.get("summary") or {}).get("privleak/auc") is None:
-        raise UserError(f"{path} has no privleak/auc: it is not a report saved by `lit-unlearn muse-eval --save`")
-    return data
+    from lit_unlearn.metrics.report_io import load_report
+
+    return load_report(reference, "MUSE reference", "evaluate the retrained model first (`lit-unlearn muse-eval ... "
+                       "--save`)", lambda d: (d.get("summary") or {}).get("privleak/auc") is not None, "privleak/auc")
 
 
 class MuseEvaluator:

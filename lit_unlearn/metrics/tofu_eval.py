@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from lit_unlearn.errors import MissingFileError, UserError
 from lit_unlearn.algorithms.losses import IGNORE_INDEX
+from lit_unlearn.console import fmt
 from lit_unlearn.batches import logits_and_labels
 from lit_unlearn.data.tofu import MAX_LENGTH, QAFormatter, pad_collate
 from lit_unlearn.eval_mode import eval_mode
@@ -47,6 +48,8 @@ from lit_unlearn.metrics.tofu_metrics import (
 )
 
 __all__ = ["TofuEvaluator", "TofuReport", "HEADLINE", "TARGET_METRICS", "PASSES"]
+
+_fmt = fmt
 
 HEADLINE = ("forget_quality", "model_utility", "forget_truth_ratio", "forget/rouge", "retain/rouge")
 # A target metric (lit_unlearn.verification.targets) -> (summary key, splits to score, generate?, membership?).
@@ -168,8 +171,6 @@ class TofuReport:
         return path
 
 
-def _fmt(value) -> str:
-    return "n/a" if value is None else f"{value:.4g}"
 
 
 def _summary_of(report: str | Path | dict | None) -> dict | None:
@@ -185,26 +186,12 @@ def _summary_of(report: str | Path | dict | None) -> dict | None:
 
 
 def _load_reference(reference: str | Path | dict | None) -> dict | None:
-    if reference is None:
-        return None
-    where = "the reference" if isinstance(reference, dict) else str(reference)
-    if isinstance(reference, dict):
-        data = reference
-    else:
-        path = Path(reference)
-        if not path.is_file():
-            raise MissingFileError(f"reference evaluation {path} not found: evaluate the retain-only (retrained) "
-                                   "model first and save its report (`lit-unlearn tofu-eval ... --save`)")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise UserError(f"reference evaluation {path} is not JSON ({err.msg}); save one with "
-                            "`lit-unlearn tofu-eval ... --save`") from None
-    tr = ((data.get("per_item") or {}).get("forget") or {}).get("truth_ratio") if isinstance(data, dict) else None
-    if not tr:
-        raise UserError(f"{where} has no per-item forget truth ratios (per_item.forget.truth_ratio): it is not a "
-                        "report saved by `lit-unlearn tofu-eval --save` from data with TOFU's perturbed splits")
-    return data
+    from lit_unlearn.metrics.report_io import load_report
+
+    return load_report(reference, "reference evaluation", "evaluate the retain-only (retrained) model first and "
+                       "save its report (`lit-unlearn tofu-eval ... --save`)",
+                       lambda d: bool(((d.get("per_item") or {}).get("forget") or {}).get("truth_ratio")),
+                       "per-item forget truth ratios (per_item.forget.truth_ratio)")
 
 
 class TofuEvaluator:

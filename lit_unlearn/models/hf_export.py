@@ -12,6 +12,8 @@ import copy
 import shutil
 from pathlib import Path
 
+from lit_unlearn.files import replace_folder
+
 from torch import nn
 
 __all__ = ["export_hf", "HF_FOLDER"]
@@ -30,7 +32,4 @@ def export_hf(network: nn.Module, tokenizer, folder: str | Path) -> Path:
     model.save_pretrained(str(tmp), safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(str(tmp))
-    if folder.exists():
-        shutil.rmtree(folder)
-    tmp.rename(folder)
-    return folder
+    return replace_folder(tmp, folder)

@@ -13,7 +13,7 @@ from torchmetrics import MeanMetric
 from lit_unlearn.algorithms.losses import mean_nll
 from lit_unlearn.errors import UserError
 from lit_unlearn.batches import logits_and_labels
-from lit_unlearn.reporting import per_sample_stats
+from lit_unlearn.results_tables import per_sample_stats
 from lit_unlearn.verification.training_recipe import training_recipe_of
 
 __all__ = ["ClassifierModule", "SupervisedModule"]

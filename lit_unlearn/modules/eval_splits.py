@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torchmetrics import MeanMetric
 
-from lit_unlearn.reporting import evaluate_splits, per_sample_stats
+from lit_unlearn.results_tables import evaluate_splits, per_sample_stats
 from lit_unlearn.tensorboard import log_scalars
 
 __all__ = ["EvalSplitMetrics"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_unlearn.console import say
-from lit_unlearn.reporting import evaluate_splits, results_markdown, results_rows, verification_rows, write_results
+from lit_unlearn.results_tables import evaluate_splits, results_markdown, results_rows, verification_rows, write_results
 
 __all__ = ["RunReport"]
 
@@ -82,9 +82,9 @@ class RunReport:
         if figure is not None:
             figure.savefig(Path(folder) / "trajectory.png", dpi=110)
             log_figure(trainer, "trajectory", figure, step)
-            import matplotlib.pyplot as plt
+            from lit_unlearn.plotting import pyplot
 
-            plt.close(figure)
+            pyplot().close(figure)
         final = {f"final/{r['split']}_{k}": r[f"{k}_after"] for r in rows for k in ("loss", "acc")}
         for key in ("ua", "ra", "ta", "mia_efficacy", "avg_gap", "forget_vs_retrain_auc"):
             if (self.verification or {}).get(key) is not None:

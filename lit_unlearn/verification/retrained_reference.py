@@ -170,10 +170,11 @@ def write_reference(folder: Path, network: nn.Module, recipe: TrainingRecipe, ne
     reads (written atomically: a killed retrain never leaves a half-written reference), and reference.json."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / REFERENCE_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"state_dict": {f"network.{k}": v.cpu() for k, v in network.state_dict().items()},
-                "training_recipe": {**recipe.as_dict(), "network": recipe.network or network_spec}}, tmp)
-    os.replace(tmp, path)
+    from lit_unlearn.files import atomic_path
+
+    with atomic_path(path) as tmp:
+        torch.save({"state_dict": {f"network.{k}": v.cpu() for k, v in network.state_dict().items()},
+                    "training_recipe": {**recipe.as_dict(), "network": recipe.network or network_spec}}, tmp)
     (folder / "reference.json").write_text(json.dumps({"recipe": recipe.as_dict(), **details}, indent=1, default=str))
     return path
 

@@ -11,10 +11,10 @@ from lightning.pytorch.callbacks import Callback
 from lit_unlearn.console import say
 from lit_unlearn.errors import UserError
 
-__all__ = ["ReportEvaluation"]
+__all__ = ["EvaluationCallback"]
 
 
-class ReportEvaluation(Callback):
+class EvaluationCallback(Callback):
     kind = "report"    # the scalar prefix and file stem
     title = "Report"   # the heading in the markdown file and the console
 

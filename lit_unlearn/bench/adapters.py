@@ -3,7 +3,6 @@ table's columns, the validation criterion and the figure's axes. The runner is t
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from pathlib import Path

@@ -1,6 +1,6 @@
 """The CV experiment suite: reruns the HAMU paper's comparisons and checks its claims on our own numbers.
 
-Studies (each optional, driven by one YAML file such as configs/experiment/claims_digits.yaml):
+Studies (each optional, driven by one YAML file such as configs/experiment/experiment_digits.yaml):
 - trajectories: ΔL_f and −ΔL_r per epoch for every method at each ρ (ρ-mixture forget sets);
 - hardness:     Pearson correlation between HAMU's mean κ̄ (clipped g_r·g_f, over steps) and ρ;
 - quota:        HAMU's ΔL_f after a fixed budget against Q/η, with the R² of a linear fit;
@@ -29,10 +29,13 @@ import scipy.stats
 import yaml
 
 from lit_unlearn.errors import MissingFileError, UserError
-from lit_unlearn.experiments.runs import RunResult, describe_callback, train_target, unlearning_run
+from lit_unlearn.experiments.unlearning_run import RunResult, describe_callback, train_target, unlearning_run
 from lit_unlearn.specs import fingerprint
+from lit_unlearn.console import fmt
 
 __all__ = ["STUDIES", "load_config", "run_suite"]
+
+_fmt = fmt
 
 STUDIES = ("trajectories", "hardness", "quota", "stopping", "ablation", "verification")
 EPOCH_COLUMNS = {
@@ -75,7 +78,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raise MissingFileError(f"experiment config {path} not found (packaged ones: `lit-unlearn configs`)")
     cfg = yaml.safe_load(path.read_text()) or {}
     if not isinstance(cfg, dict):
-        raise UserError(f"{path}: an experiment config is a mapping of keys (see configs/experiment/claims_digits.yaml)")
+        raise UserError(f"{path}: an experiment config is a mapping of keys (see configs/experiment/experiment_digits.yaml)")
     _check_keys(cfg, "", path)
     for section in SCHEMA:
         if section and isinstance(cfg.get(section), dict):
@@ -102,7 +105,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     return cfg
 
 
-class _Suite:
+class ExperimentSuite:
     def __init__(self, cfg: dict[str, Any], out_dir: Path, log=print) -> None:
         self.cfg, self.out, self.log = cfg, out_dir, log
         self.out.mkdir(parents=True, exist_ok=True)
@@ -343,7 +346,7 @@ def run_suite(cfg: dict[str, Any], out_dir: str | Path | None = None, studies: I
               plots: bool = True, log=print) -> dict[str, Any]:
     out = Path(out_dir or cfg.get("out_dir", "runs/experiments"))
     chosen = list(studies or cfg.get("studies", STUDIES))
-    suite = _Suite(cfg, out, log)
+    suite = ExperimentSuite(cfg, out, log)
     log(f"{suite.plan([s for s in STUDIES if s in chosen])} unlearning runs in {', '.join(s for s in STUDIES if s in chosen)}")
     suite.started = time.perf_counter()
     for name in STUDIES:  # fixed order: hardness reuses the trajectory runs
@@ -387,8 +390,6 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
-def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:

@@ -93,12 +93,9 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
 
 
 def _pyplot():
-    import matplotlib
+    from lit_unlearn.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return pyplot()
 
 
 def _figure(table: list[dict], path: Path, x: str, y: str, log_y: bool, level_title):
@@ -170,12 +167,10 @@ def chosen_point(chosen: dict, method: str, level: str) -> dict | None:
 
 
 def _to_tensorboard(folder: Path, markdown: str, figures: dict) -> None:
-    from torch.utils.tensorboard import SummaryWriter
+    from lit_unlearn.tensorboard import write_scalars
 
+    write_scalars(folder, {}, text={"bench/results": markdown},
+                  figures={f"bench/{name}": fig for name, fig in figures.items()})
     plt = _pyplot()
-    with SummaryWriter(str(folder)) as writer:
-        writer.add_text("bench/results", markdown, 0)
-        for name, fig in figures.items():
-            writer.add_figure(f"bench/{name}", fig, 0)
     for fig in figures.values():
         plt.close(fig)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import csv
 import json
 from collections.abc import Mapping
@@ -15,9 +17,12 @@ from torch.utils.data import DataLoader
 from lit_unlearn.algorithms.losses import IGNORE_INDEX
 from lit_unlearn.batches import logits_and_labels, to_device
 from lit_unlearn.eval_mode import eval_mode
+from lit_unlearn.console import fmt
 
 __all__ = ["per_sample_stats", "evaluate_splits", "results_rows", "verification_rows", "format_table",
            "results_markdown", "write_results"]
+
+_fmt = functools.partial(fmt, spec=".4f", missing="-")  # this table's number format
 
 
 def per_sample_stats(logits: Tensor, labels: Tensor, ignore_index: int = IGNORE_INDEX) -> tuple[Tensor, Tensor]:
@@ -95,10 +100,6 @@ def verification_rows(before: Mapping[str, float], after: Mapping[str, float],
     return rows
 
 
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
 def format_table(rows: list[dict], cols: list[str] | None = None) -> str:
