@@ -38,7 +38,7 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for name, options in VARIANTS.items():
-        folder = Path(args.out) / name.split(" ")[0].strip("+").replace("=", "_")
+        folder = Path(args.out) / "".join(c if c.isalnum() else "_" for c in name).strip("_")
         folder.mkdir(parents=True, exist_ok=True)
         command = ["tofu-demo", "--seed", str(args.seed), "--level", args.level, "--worlds",
                    str(Path(args.worlds).resolve()), "--trainer.enable_progress_bar=false", *options]

@@ -21,7 +21,16 @@ def load_network_weights(network: nn.Module, path: str, prefix: str = "network."
             f"target checkpoint {file} not found. Train the target first (`lit-unlearn pretrain ...`) "
             "or point model.init_args.target_ckpt at an existing .ckpt / state-dict file."
         )
-    blob = torch.load(file, map_location="cpu", weights_only=True)
+    if file.is_dir():
+        raise UserError(f"target checkpoint {file} is a folder (a sharded DeepSpeed checkpoint?): give its .ckpt "
+                        "file, or consolidate it first (`lit-unlearn export`)")
+    try:
+        blob = torch.load(file, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError) as err:  # truncated zip, not a torch file, unreadable
+        reason = str(err).split(".")[0].strip()
+        raise UserError(f"target checkpoint {file} cannot be read ({reason}): it is truncated or not a checkpoint; "
+                        "use the run's checkpoints/last.ckpt or train the target again (`lit-unlearn pretrain`)") \
+            from None
     state = blob.get("state_dict", blob) if isinstance(blob, dict) else None
     if not isinstance(state, dict):
         raise UserError(f"{file} holds neither a Lightning checkpoint nor a state dict")

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from lit_unlearn.commands import Command, all_commands
-from lit_unlearn.errors import UserError, user_error_message
+from lit_unlearn.errors import RunFailed, UserError, user_error_message
 
 __all__ = ["main", "top_help", "command_help", "parse_function_arguments"]
 
@@ -155,6 +155,16 @@ def run_command(cmd: Command, argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:
+        _main(argv)
+    except BrokenPipeError:  # a reader that closed early (`lit-unlearn --help | head`): not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        sys.exit(0)
+
+
+def _main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose, debug = "--verbose" in argv, "--debug" in argv
     argv = [a for a in argv if a not in ("--verbose", "--debug")]
@@ -177,8 +187,13 @@ def main(argv: list[str] | None = None) -> None:
             from lit_unlearn.distributed.shutdown import release_process_group
 
             release_process_group()  # a finished multi-process run exits cleanly instead of aborting at shutdown
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SystemExit, BrokenPipeError):
         raise
+    except RunFailed as err:
+        if debug:
+            raise
+        print(f"lit-unlearn {name}: run failed: {err}", file=sys.stderr, flush=True)
+        sys.exit(1)
     except BaseException as err:  # noqa: BLE001 - user errors become one line; the rest keep their traceback
         message = user_error_message(err)
         if message is None or debug:

@@ -11,7 +11,7 @@ message, and `user_error_message` finds it again inside whatever wrapped it.
 
 from __future__ import annotations
 
-__all__ = ["UserError", "MissingFileError", "user_error_message"]
+__all__ = ["UserError", "MissingFileError", "RunFailed", "user_error_message"]
 
 _RAISED: list[str] = []  # messages of the UserErrors created in this process (most recent last)
 
@@ -27,6 +27,11 @@ class UserError(ValueError):
 
 class MissingFileError(UserError, FileNotFoundError):
     """A file or folder the user pointed at (or must create first) does not exist."""
+
+
+class RunFailed(RuntimeError):
+    """A run that started and could not go on (its weights diverged): one line on stderr and exit code 1, with
+    where its last good checkpoint is; the run folder keeps everything written before."""
 
 
 def _chain(err: BaseException):

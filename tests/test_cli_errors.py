@@ -135,3 +135,86 @@ def test_function_commands_read_their_options_from_a_config_file(tmp_path, subpr
                       "model './nowhere/model': no such folder")
     assert_user_error(cli_here(["tofu-eval", "--config", str(config), "--model", "./elsewhere"], tmp_path),
                       "model './elsewhere': no such folder")
+
+
+def _truncated(target, folder):
+    bad = folder / "t.ckpt"
+    bad.write_bytes(target.read_bytes()[:100_000])
+    return ["unlearn", f"--model.init_args.target_ckpt={bad}", *TINY]
+
+
+def _one_row_without_perturbed(data, folder):
+    broken = folder / "data"
+    broken.mkdir()
+    for f in data.iterdir():
+        rows = json.loads(f.read_text())
+        if f.name == "forget10_perturbed.json":
+            del rows[1]["perturbed_answer"]
+        (broken / f.name).write_text(json.dumps(rows))
+    return broken
+
+
+def _not_json(data, folder):
+    broken = folder / "data"
+    broken.mkdir()
+    for f in data.iterdir():
+        (broken / f.name).write_text(f.read_text())
+    (broken / "real_authors_perturbed.json").write_text("[{\"question\": \"oops\",")
+    return broken
+
+
+@pytest.mark.parametrize("case", [
+    "truncated checkpoint", "misspelt argument", "misspelt data argument", "row without perturbed_answer",
+    "split not JSON", "local folder like a hub name", "hub name while offline"])
+def test_bad_inputs_are_one_line_naming_the_file_row_or_key(case, target, tofu_assets, tmp_path, monkeypatch):
+    model, data = tofu_assets / "model", tofu_assets / "data"
+    (tmp_path / "runs").mkdir()
+    args, needles = {
+        "truncated checkpoint": (lambda: _truncated(target, tmp_path), ["t.ckpt cannot be read", "truncated"]),
+        "misspelt argument": (lambda: ["unlearn", f"--model.init_args.target_ckpt={target}", *TINY,
+                                       "--model.init_args.etaa=0.1"],
+                              ["--model.init_args.etaa", "did you mean 'eta'", "its arguments: network"]),
+        "misspelt data argument": (lambda: ["unlearn", f"--model.init_args.target_ckpt={target}", *TINY,
+                                            "--data.init_args.retain_batchsize=8"],
+                                   ["did you mean 'retain_batch_size'"]),
+        "row without perturbed_answer": (lambda: ["tofu-eval", "--model", str(model), "--data",
+                                                  str(_one_row_without_perturbed(data, tmp_path))],
+                                         ["row 1 has no column(s) ['perturbed_answer']", "forget"]),
+        "split not JSON": (lambda: ["tofu-eval", "--model", str(model), "--data", str(_not_json(data, tmp_path))],
+                           ["real_authors_perturbed.json is not valid JSON (line 1"]),
+        "local folder like a hub name": (lambda: ["tofu-eval", "--model", "runs/nonexist", "--data", str(data)],
+                                         ["'runs/nonexist': no such folder (runs/ exists here"]),
+        "hub name while offline": (lambda: ["tofu-eval", "--model", "nobody-here/nonexist", "--data", str(data)],
+                                   ["'nobody-here/nonexist': no such folder"]),
+    }[case]
+    if case == "hub name while offline":
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.perf_counter()
+    proc = cli_here(args(), tmp_path)
+    assert_user_error(proc, *needles)
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert time.perf_counter() - started < 60  # no hub retries, no evaluation before the error
+
+
+def test_divergence_is_one_line_exit_1_naming_the_last_finite_checkpoint(target, tmp_path):
+    config = tmp_path / "every_step.yaml"
+    config.write_text("trainer:\n  callbacks:\n    - class_path: lit_unlearn.callbacks.FinalCheckpoint\n"
+                      "      init_args: {filename: 'hamu-{step}', every_n_train_steps: 1, save_top_k: -1}\n")
+    proc = cli_here(["unlearn", f"--model.init_args.target_ckpt={target}", *TINY, "--config", str(config),
+                     "--model.init_args.eta=1e9", "--trainer.max_steps=20"], tmp_path)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(err) == 1 and "run failed:" in err[0] and "Traceback" not in proc.stderr, err
+    named = err[0].split("the last finite weights are in ")[1].rstrip(")")
+    import torch
+
+    state = torch.load(tmp_path / named, map_location="cpu", weights_only=False)["state_dict"]
+    assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
+    runs = [json.loads(p.read_text()) for p in (tmp_path / "runs/digits/hamu").glob("version_*/run.json")]
+    assert [r["status"] for r in runs] == ["failed"]  # the run folder is kept, and says what happened
+
+
+def test_a_reader_that_closes_early_gets_no_traceback(tmp_path, subprocess_env):
+    proc = subprocess.run(f"{sys.executable} -m lit_unlearn.cli --help | head -1", shell=True, cwd=tmp_path,
+                          env=subprocess_env, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.startswith("usage: lit-unlearn") and "Traceback" not in proc.stderr and \
+        "BrokenPipe" not in proc.stderr, proc.stderr

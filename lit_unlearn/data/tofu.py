@@ -49,13 +49,23 @@ def _read_local(folder: Path, split: str) -> list[dict]:
     for ext in (".json", ".jsonl", ".parquet"):
         path = folder / f"{split}{ext}"
         if path.is_file():
-            if ext == ".json":
-                return json.loads(path.read_text())
-            if ext == ".jsonl":
-                return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            import pandas as pd
+            try:
+                if ext == ".json":
+                    rows = json.loads(path.read_text())
+                elif ext == ".jsonl":
+                    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+                else:
+                    import pandas as pd
 
-            return pd.read_parquet(path).to_dict("records")
+                    rows = pd.read_parquet(path).to_dict("records")
+            except json.JSONDecodeError as err:
+                raise UserError(f"{path} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
+                                "a split is a JSON list of records, or JSON lines") from None
+            except (OSError, ValueError) as err:  # an unreadable parquet file
+                raise UserError(f"{path} cannot be read ({str(err).splitlines()[0]})") from None
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                raise UserError(f"{path} is not a list of records (objects with question, answer, ...)")
+            return rows
     raise MissingFileError(f"split {split!r} not found in {folder} (looked for {split}.json / .jsonl / .parquet)")
 
 
@@ -72,9 +82,20 @@ def check_columns(rows: list[dict], required: tuple[str, ...], split: str, where
         raise UserError(f"split {split!r} in {where} is empty")
     missing = sorted({c for r in rows for c in required if c not in r})
     if missing:
-        have = sorted(rows[0])
-        raise UserError(f"split {split!r} in {where} has no column(s) {missing} (it has {have}); the TOFU "
-                        "evaluation needs TOFU's *_perturbed splits (paraphrased_answer, perturbed_answer)")
+        bad = [i for i, r in enumerate(rows) if any(c not in r for c in missing)]
+        have = sorted(rows[bad[0]])
+        rows_text = f"row {bad[0]}" if len(bad) == 1 else f"{len(bad)} rows (the first: row {bad[0]})"
+        if len(bad) == len(rows):
+            rows_text = "every row"
+        raise UserError(f"split {split!r} in {where}: {rows_text} has no column(s) {missing} (it has {have}, question "
+                        f"{str(rows[bad[0]].get('question', ''))[:50]!r}); the TOFU evaluation needs TOFU's "
+                        "*_perturbed splits (paraphrased_answer, perturbed_answer)")
+    if "perturbed_answer" in required:
+        for i, r in enumerate(rows):
+            answers = r["perturbed_answer"]
+            if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
+                raise UserError(f"split {split!r} in {where}: row {i}'s perturbed_answer is not a non-empty list of "
+                                f"strings (got {type(answers).__name__}): TOFU's perturbed splits hold a list per row")
 
 
 class TofuSource:

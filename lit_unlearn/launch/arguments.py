@@ -17,7 +17,7 @@ from lit_unlearn.errors import UserError
 from lit_unlearn.launch.presets import config_chain
 
 __all__ = ["Option", "PRESET", "TARGET", "options_of", "split_options", "spelled_for_jsonargparse",
-           "lightning_arguments", "expand_config_arguments"]
+           "lightning_arguments", "expand_config_arguments", "check_class_arguments"]
 
 
 @dataclass(frozen=True)
@@ -168,3 +168,49 @@ def lightning_arguments(preset: str | None, argv: Sequence[str]) -> list[str]:
     """LightningCLI arguments: the preset's config chain first, then the user's (configs expanded)."""
     head = [a for p in config_chain(preset) for a in ("--config", p)] if preset else []
     return head + expand_config_arguments(argv)
+
+
+def check_class_arguments(args: Sequence[str]) -> None:
+    """`--model.init_args.NAME` and `--data.init_args.NAME` must name an argument of the class the configs (and the
+    arguments) configure: a misspelt one is a one-line error with the closest name and the valid ones, instead of
+    the config parser's "does not validate against any of the Union subtypes"."""
+    import difflib
+    import importlib
+    import re
+
+    import yaml
+
+    args = list(args)
+    class_path: dict[str, str] = {}
+    for i, arg in enumerate(args):
+        if arg == "--config" and i + 1 < len(args):
+            try:
+                cfg = yaml.safe_load(open(args[i + 1])) or {}
+            except (OSError, yaml.YAMLError):
+                continue  # the parser reports a bad config file itself
+            for key in ("model", "data"):
+                node = cfg.get(key) if isinstance(cfg, dict) else None
+                if isinstance(node, dict) and isinstance(node.get("class_path"), str):
+                    class_path[key] = node["class_path"]
+        m = re.match(r"--(model|data)(?:\.class_path)?=([\w.]+)$", arg)
+        if m:
+            class_path[m.group(1)] = m.group(2)
+    for arg in args:
+        m = re.match(r"--(model|data)\.init_args\.([A-Za-z_]\w*)", arg)
+        if not m or m.group(1) not in class_path or "." not in class_path[m.group(1)]:
+            continue
+        key, name = m.groups()
+        module, _, cls_name = class_path[key].rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), cls_name)
+            params = inspect.signature(cls.__init__).parameters
+        except (ImportError, AttributeError, ValueError, TypeError):
+            continue  # the parser says what is wrong with the class itself
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            continue
+        names = [n for n in params if n != "self"]
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UserError(f"--{key}.init_args.{name}: {cls_name} has no argument {name!r}{hint}; its arguments: "
+                            + ", ".join(names))

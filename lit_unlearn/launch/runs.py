@@ -134,10 +134,12 @@ def build_run(lightning_args: list[str], preset: str | None = None, target: str 
     builds model, datamodule and the Trainer's arguments, and claims the run's folder), as a RunSpec made ready
     by `prepare_launch`; `target` adds or retargets a StopAtTarget. manage_runs: the run gets its own folder and
     resume logic; off for commands that only read a config (`lit-unlearn retrain`)."""
-    from lit_unlearn.launch.arguments import lightning_arguments
+    from lit_unlearn.launch.arguments import check_class_arguments, lightning_arguments
     from lit_unlearn.launch.lightning_cli import UnlearnCLI
 
-    cli = UnlearnCLI(args=lightning_arguments(preset, lightning_args), run=False, manage_runs=manage_runs)
+    args = lightning_arguments(preset, lightning_args)
+    check_class_arguments(args)
+    cli = UnlearnCLI(args=args, run=False, manage_runs=manage_runs)
     try:
         cli.record_network_spec()
         callbacks = list(cli.trainer_callbacks)
@@ -197,10 +199,16 @@ def fit_run(launched: Launched) -> Launched:
         if isinstance(stop, Preempted):  # every rank stopped at the same boundary: no collective is in flight
             release_process_group()
         raise SystemExit(128 + int(signum)) from None
-    except BaseException:
+    except BaseException as err:
         if not run.remove_if_empty():
             run.record(status="failed", failed_at_step=trainer.global_step)
         release_claim(run)
+        if isinstance(err, FloatingPointError) and launched.from_command_line:
+            from lit_unlearn.errors import RunFailed
+
+            good = _newest_finite_checkpoint(run.path)
+            where = f"the last finite weights are in {shown(good)}" if good else "no checkpoint with finite weights"
+            raise RunFailed(f"{str(err).splitlines()[0]} ({where})") from err
         raise
     run.remove_hpc_checkpoints()
     final = run.checkpoints / "last.ckpt"
@@ -301,6 +309,21 @@ def retrained_reference_of(launched: Launched):
                              forget_indices=dm.forget_indices, n_train=len(dm.forget_indices) + len(dm.retain_indices),
                              log=say)
     return network, reference, dm
+
+
+def _newest_finite_checkpoint(folder: Path) -> Path | None:
+    """The newest intact checkpoint of a run whose weights are all finite (a diverged run's last ones may not be)."""
+    import torch
+
+    from lit_unlearn.launch.run_folder import checkpoint_candidates
+    from lit_unlearn.checkpoint_io import checkpoint_is_loadable
+
+    for path in checkpoint_candidates(folder):
+        if path.is_file() and checkpoint_is_loadable(path):
+            state = torch.load(path, map_location="cpu", weights_only=False).get("state_dict", {})
+            if all(torch.isfinite(v).all() for v in state.values() if torch.is_tensor(v) and v.is_floating_point()):
+                return path
+    return None
 
 
 def _point_latest(folder: Path) -> None:
