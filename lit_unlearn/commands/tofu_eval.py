@@ -22,7 +22,8 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
               input_format: Literal["lit-unlearn", "open-unlearning"] = "lit-unlearn", gradnorm: bool = True,
               max_new_tokens: int | None = None, batch_size: int = 32, max_length: int = 512,
               dtype: Literal["float32", "bfloat16", "float16"] = "float32", device: str | None = None,
-              save: str | None = None, logdir: str | None = None) -> None:
+              save: str | None = None, format: Literal["lit-unlearn", "open-unlearning"] = "lit-unlearn",
+              logdir: str | None = None) -> None:
     """The TOFU table (FQ, MU, FTR, ROUGE, MIA) of one model, optionally saved as the reference for forget quality
     and logged to TensorBoard.
 
@@ -33,7 +34,8 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
         tokenizer: tokenizer folder or hub name (default: the model's folder)
         forget_level: the forget split (forget01 / 05 / 10)
         template: QA template
-        reference: the retain-only model's saved report, for forget quality
+        reference: the retain-only model's evaluation, for forget quality: a lit-unlearn report, the TOFU authors'
+            per-item logs (a folder with eval_log_forget.json ...) or open-unlearning's TOFU_EVAL.json (detected)
         require_reference: fail instead of reporting forget quality as missing
         mia_convention: how Min-K%, Min-K%++, zlib, ES/EM and privleak's fallback are computed (docs/llm.md)
         input_format: tokenisation of the template: ours, or open-unlearning's (to set numbers beside its tables)
@@ -45,10 +47,13 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
             in the table and the JSON, and warned about
         dtype: the model's parameter dtype
         device: cpu or cuda (default: cuda when available)
-        save: write the report (summary + per-item values) as JSON here
+        save: write the report (summary + per-item values) as JSON here; with --format open-unlearning, a folder
+            for TOFU_EVAL.json and TOFU_SUMMARY.json
+        format: lit-unlearn's report, or open-unlearning's TOFU_EVAL.json / TOFU_SUMMARY.json layout
         logdir: also log the summary as TensorBoard scalars (tofu/...) here
     """
     from lit_unlearn.data import TofuSource
+    from lit_unlearn.errors import UserError
     from lit_unlearn.metrics import TofuEvaluator
     from lit_unlearn.metrics.report_io import finish_report
     from lit_unlearn.models.loading import load_causal_lm
@@ -60,4 +65,17 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
                            batch_size=batch_size, reference=reference, require_reference=require_reference,
                            mia_convention=mia_convention, input_format=input_format,
                            gradnorm=gradnorm).run(network, device)
+    if format == "open-unlearning":
+        if not save:
+            raise UserError("--format open-unlearning writes TOFU_EVAL.json and TOFU_SUMMARY.json: give --save FOLDER")
+        import json
+        from pathlib import Path
+
+        from lit_unlearn.metrics.reference_formats import open_unlearning_logs
+
+        logs, summary = open_unlearning_logs(report)
+        Path(save).mkdir(parents=True, exist_ok=True)
+        (Path(save) / "TOFU_EVAL.json").write_text(json.dumps(logs, indent=4, default=float))
+        (Path(save) / "TOFU_SUMMARY.json").write_text(json.dumps(summary, indent=4, default=float))
+        save = str(Path(save) / "lit_unlearn_report.json")
     finish_report(report, "tofu", save, logdir)

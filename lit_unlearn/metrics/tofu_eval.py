@@ -186,8 +186,12 @@ def _summary_of(report: str | Path | dict | None) -> dict | None:
 
 
 def _load_reference(reference: str | Path | dict | None) -> dict | None:
+    """A reference in any format lit_unlearn.metrics.reference_formats reads (detected from the file)."""
+    from lit_unlearn.metrics.reference_formats import read_reference
     from lit_unlearn.metrics.report_io import load_report
 
+    if reference is not None and not isinstance(reference, dict) and Path(reference).exists():
+        reference = read_reference(reference)
     return load_report(reference, "reference evaluation", "evaluate the retain-only (retrained) model first and "
                        "save its report (`lit-unlearn tofu-eval ... --save`)",
                        lambda d: bool(((d.get("per_item") or {}).get("forget") or {}).get("truth_ratio")),
@@ -506,8 +510,8 @@ class TofuEvaluator:
         ref = self.reference
         if partial:
             if ref is not None and "truth_ratio" in per_item.get("forget", {}):
-                summary["forget_quality"] = tofu_math.forget_quality(per_item["forget"]["truth_ratio"],
-                                                                     ref["per_item"]["forget"]["truth_ratio"])
+                mine, theirs = self._common_forget_items(per_item["forget"]["truth_ratio"], notes)
+                summary["forget_quality"] = tofu_math.forget_quality(mine, theirs)
             self._privleak(summary, notes)
             return
         if ref is None:
@@ -517,10 +521,12 @@ class TofuEvaluator:
             notes.append(msg)
             warnings.warn(msg, stacklevel=3)
         else:
-            ref_tr = ref["per_item"]["forget"]["truth_ratio"]
+            mine, ref_tr = self._common_forget_items(per_item["forget"]["truth_ratio"], notes)
             fq = ForgetQuality(ref_tr)
-            fq.values = [torch.tensor(per_item["forget"]["truth_ratio"], dtype=torch.float64)]
+            fq.values = [torch.tensor(mine, dtype=torch.float64)]
             summary["forget_quality"] = fq.compute().item()
+            if ref.get("format", "lit-unlearn") != "lit-unlearn":
+                notes.append(f"reference read from {ref['format']} format: {ref.get('source')}")
             ref_convention = ref.get("mia_convention", "lit-unlearn")
             if ref_convention != self.convention.name:
                 notes.append(f"the reference report used the {ref_convention} MIA convention, this one "
@@ -530,6 +536,23 @@ class TofuEvaluator:
         ordered.update({k: v for k, v in summary.items() if k not in ordered})
         summary.clear()
         summary.update(ordered)
+
+    def _common_forget_items(self, mine: list[float], notes: list[str]) -> tuple[list[float], list[float]]:
+        """This report's and the reference's per-item forget truth ratios on the items both cover: the first ones
+        in split order (the TOFU authors' logs cover the first 300 of a split). Where the reference recorded its
+        prompts, the common items' questions must be among them."""
+        theirs = self.reference["per_item"]["forget"]["truth_ratio"]
+        k = min(len(mine), len(theirs))
+        prompts = ((self.reference.get("prompts") or {}).get("forget") or [])[:k]
+        for i, prompt in enumerate(prompts):
+            question = self.splits["forget"][i]["question"]
+            if prompt and question not in prompt:
+                raise UserError(f"the reference's forget item {i} is not this data's ({prompt[:60]!r} vs "
+                                f"{question[:60]!r}): evaluate on the same forget split (--forget-level)")
+        if len(mine) != len(theirs):
+            notes.append(f"forget quality on the first {k} forget items, the ones both cover (the reference has "
+                         f"{len(theirs)}, this data {len(mine)})")
+        return mine[:k], theirs[:k]
 
     def _privleak(self, summary, notes) -> None:
         """Min-K% AUC relative to the retain-only model's. Without a reference: omitted (ours), or against the
