@@ -25,43 +25,60 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_seed(seed: int, level: str, worlds: Path, out: Path, extra: list[str]) -> dict:
+    """Run tofu-demo for one seed in its own folder (reused when that folder already holds its finished run)."""
     folder = out / f"level{level}_seed{seed}"
-    folder.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
     command = ["tofu-demo", "--seed", str(seed), "--level", level, "--worlds", str(worlds.resolve()),
                "--trainer.enable_progress_bar=false", *extra]
-    proc = subprocess.run([sys.executable, "-m", "lit_unlearn", *command], cwd=folder, capture_output=True, text=True)
-    seconds = time.perf_counter() - started
-    (folder / "tofu-demo.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode:
-        sys.exit(f"seed {seed}: tofu-demo failed (exit {proc.returncode}); see {folder / 'tofu-demo.log'}\n"
-                 + proc.stderr[-2000:])
+    log = folder / "tofu-demo.log"
+    if not (log.is_file() and list(folder.glob("runs/tofu/*/version_*/holdout_verification.json"))):
+        folder.mkdir(parents=True, exist_ok=True)
+        started = time.time()
+        proc = subprocess.run([sys.executable, "-m", "lit_unlearn", *command], cwd=folder, capture_output=True,
+                              text=True)
+        log.write_text(proc.stdout + proc.stderr)
+        (folder / "seconds.txt").write_text(f"{time.time() - started:.0f}\n")
+        if proc.returncode:
+            sys.exit(f"seed {seed}: tofu-demo failed (exit {proc.returncode}); see {log}\n" + proc.stderr[-2000:])
     run = max((folder / "runs/tofu").glob("*/version_*"), key=lambda p: p.stat().st_mtime)
+    timing = folder / "seconds.txt"
+    # a run from before this script timed runs: from its folder's creation to its log's last write
+    seconds = int(timing.read_text()) if timing.is_file() else round(log.stat().st_mtime - (folder / "runs").stat().st_ctime)
     hv = json.loads((run / "holdout_verification.json").read_text())
     tofu = json.loads((run / "tofu_results.json").read_text())
     start = json.loads((run / "tofu_start.json").read_text())
-    stop = [line for line in proc.stdout.splitlines() if line.startswith("- StopAtTarget") or "StopAtTarget '" in line]
+    stop = [line for line in log.read_text().splitlines() if "StopAtTarget '" in line]
     after = hv["after"]["verdict"]
     gold = (hv.get("gold_standard") or {}).get("verdict") or {}
-    return {"seed": seed, "level": level, "seconds": round(seconds), "stop": stop[-1].lstrip("- ") if stop else "?",
-            "looks": hv["looks"], "delta": hv["delta"], "band": after["band"], "passed": after["passed"],
-            "worst": after["worst_attack"], "auc": {a: iv["auc"] for a, iv in after["intervals"].items()},
-            "mu_ratio": hv["after"]["model_utility_ratio"], "gold_band": gold.get("band"),
+    per_item, split = hv["after"]["per_item"], hv["split"]
+    authors: dict[int, list[float]] = {}
+    for value, index in zip(per_item["forget_loss"], split["forget"]["reporting"]):
+        authors.setdefault(index // 20, []).append(value)
+    return {"seed": seed, "level": level, "seconds": seconds, "stop": stop[-1].lstrip("- ") if stop else "?",
+            "looks": hv["looks"], "delta": hv["delta"], "delta_author": hv["delta_author"],
+            "ratio": after["band_ratio"], "pooled": after["pooled"]["band"],
+            "author": max(v["band"] for v in after["authors"].values()), "passed": after["passed"],
+            "worst": after["worst"], "auc": {a: iv["auc"] for a, iv in after["pooled"]["intervals"].items()},
+            "mu_ratio": hv["after"]["model_utility_ratio"], "gold_ratio": gold.get("band_ratio"),
             "gold_passed": gold.get("passed"), "fq": tofu["summary"].get("forget_quality"),
-            "target_fq": start["summary"].get("forget_quality"),
-            "target_band": (hv.get("before") or {}).get("band"), "command": "lit-unlearn " + " ".join(command)}
+            "target_fq": start["summary"].get("forget_quality"), "target_ratio": (hv.get("before") or {}).get(
+                "band_ratio"), "author_nll": [sum(v) / len(v) for _, v in sorted(authors.items())],
+            "holdout_nll": sum(per_item["holdout_loss"]) / len(per_item["holdout_loss"]),
+            "command": "lit-unlearn " + " ".join(command)}
 
 
 def table(rows: list[dict]) -> str:
     attacks = list(rows[0]["auc"])
-    head = ["seed", "stop rule", "looks", "band (δ)", "verdict", *[f"{a} AUC" for a in attacks], "MU / target's",
-            "gold: retain-only band", "gold: forget quality", "target band", "target FQ", "time (s)"]
+    head = ["seed", "stop rule", "looks", *[f"{a} AUC" for a in attacks], "pooled band (δ)", "worst author band (δ)",
+            "band ratio", "verdict", "MU / target's", "forget NLL per author (holdout)", "gold: retain-only band ratio",
+            "gold: forget quality", "target: band ratio", "target: FQ", "time (s)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["seed"], r["stop"].replace("|", "/"), r["looks"], f"{r['band']:.3f} ({r['delta']:.2f})",
-                 "pass" if r["passed"] else f"FAIL ({r['worst']})", *[f"{r['auc'][a]:.3f}" for a in attacks],
-                 f"{r['mu_ratio']:.3f}", "n/a" if r["gold_band"] is None else f"{r['gold_band']:.3f}",
-                 f"{r['fq']:.3g}", f"{r['target_band']:.3f}", f"{r['target_fq']:.2g}", r["seconds"]]
+        nll = ", ".join(f"{v:.2f}" for v in r["author_nll"]) + f" ({r['holdout_nll']:.2f})"
+        cells = [r["seed"], r["stop"].replace("|", "/"), r["looks"], *[f"{r['auc'][a]:.3f}" for a in attacks],
+                 f"{r['pooled']:.3f} ({r['delta']:.2f})", f"{r['author']:.3f} ({r['delta_author']:.2f})",
+                 f"{r['ratio']:.3f}", "pass" if r["passed"] else f"FAIL ({r['worst']})", f"{r['mu_ratio']:.3f}", nll,
+                 "n/a" if r["gold_ratio"] is None else f"{r['gold_ratio']:.3f}", f"{r['fq']:.3g}",
+                 f"{r['target_ratio']:.3f}", f"{r['target_fq']:.2g}", r["seconds"]]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     met = sum(r["passed"] and r["mu_ratio"] >= 0.95 for r in rows)
     lines += ["", f"Reporting half passes with model utility ≥ 0.95× the target's: {met} of {len(rows)} seeds."]

@@ -63,11 +63,14 @@ def _parser(cmd: Command):
 
 def parse_function_arguments(cmd: Command, argv: Sequence[str]) -> dict:
     """The keyword arguments of a function command's entry point, from its command line."""
-    from lit_unlearn.launch.arguments import options_of, spelled_for_jsonargparse
+    from lit_unlearn.launch.arguments import options_of, positional_as_options, spelled_for_jsonargparse
 
     parser = _parser(cmd)
+    options = options_of(cmd.run, training=False)
+    if cmd.positional:
+        argv = positional_as_options(argv, options, cmd.positional)
     try:
-        config = parser.parse_args(spelled_for_jsonargparse(argv, options_of(cmd.run, training=False)))
+        config = parser.parse_args(spelled_for_jsonargparse(argv, options))
     except Exception as err:  # noqa: BLE001 - jsonargparse raises ArgumentError (or its own) with a plain message
         raise UserError(_argument_error(cmd, str(err))) from None
     values = config.as_dict()

@@ -122,3 +122,44 @@ def test_zero3_checkpoints_resume_mid_run_exactly(launches, resumed, name, metho
     again = torch.load(out / f"{name}.pt", weights_only=True)
     for k in straight:
         assert torch.equal(straight[k], again[k]), k
+
+
+def test_a_zero3_sharded_checkpoint_exports_to_a_hugging_face_folder_with_the_same_logits(launches, vocab, tmp_path):
+    """`lit-unlearn export` consolidates the 2-process ZeRO-3 run's sharded checkpoint (HAMU, step 4) on one CPU
+    process into safetensors that plain transformers loads, and its logits on real TOFU items equal those of the
+    run's final weights (gathered by the run itself) to 1e-6; sharding the files changes nothing."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from helpers import cli_here
+    from lit_unlearn.data.tofu import QAFormatter, pad_collate
+    from lit_unlearn.data.tofu_release import release_split
+
+    ckpt = launches.mode("zero3") / "ck" / "hamu" / "step=4.ckpt"
+    base = tmp_path / "base"  # the architecture the worker built from a config, with its tokenizer
+    CausalLM(config=tiny_llama_config(vocab_size=vocab), seed=0).save_pretrained(base)
+    AutoTokenizer.from_pretrained(launches.root / "tok").save_pretrained(str(base))
+    final = CausalLM(config=tiny_llama_config(vocab_size=vocab), seed=0)
+    final.load_state_dict({k: v for k, v in launches.weights("zero3", "hamu").items() if not k.startswith("__")})
+    tok = AutoTokenizer.from_pretrained(str(base))
+    rows = release_split("forget01")[:8]
+    batch = pad_collate(tok.pad_token_id)([QAFormatter(tok).encode(r["question"], r["answer"]) for r in rows])
+    with torch.no_grad():
+        expected = final(batch["input_ids"], attention_mask=batch["attention_mask"])
+    for name, shard in (("one", "5GB"), ("sharded", "200KB")):
+        proc = cli_here(["export", str(ckpt), str(tmp_path / name), "--base", str(base), "--max-shard-size", shard],
+                        tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        files = sorted(p.name for p in (tmp_path / name).glob("*.safetensors"))
+        assert (len(files) == 1) == (name == "one") and (name == "one" or
+                                                       (tmp_path / name / "model.safetensors.index.json").is_file())
+        model = AutoModelForCausalLM.from_pretrained(tmp_path / name).eval()
+        with torch.no_grad():
+            got = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    interrupted = tmp_path / "half.ckpt"
+    import shutil
+
+    shutil.copytree(ckpt, interrupted)
+    next(interrupted.glob("CHECKPOINT_COMPLETE*")).unlink()  # a save that never finished
+    proc = cli_here(["export", str(interrupted), str(tmp_path / "no"), "--base", str(base)], tmp_path)
+    assert proc.returncode == 2 and "without its completion marker" in proc.stderr and not (tmp_path / "no").exists()

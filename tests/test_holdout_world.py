@@ -144,6 +144,20 @@ def short_run(tofu_world, tmp_path_factory):
     return folder / "runs/tofu/hamu/version_0", list(_Reads.log)
 
 
+def test_the_runs_checkpoint_exports_to_the_same_weights_as_its_final_model(short_run):
+    """`lit-unlearn export last.ckpt OUT` (the base from the checkpoint's own record of its network) writes the
+    tensors the run wrote as its final model."""
+    from safetensors.torch import load_file
+
+    from helpers import cli_here
+
+    run, _ = short_run
+    proc = cli_here(["export", str(run / "checkpoints/last.ckpt"), str(run / "exported")], run.parents[3])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    exported, final = load_file(run / "exported/model.safetensors"), load_file(run / "model/model.safetensors")
+    assert exported.keys() == final.keys() and all(torch.equal(exported[k], final[k]) for k in final)
+
+
 def test_stop_rule_and_controller_never_read_the_reporting_half(short_run):
     run, reads = short_run
     result = json.loads((run / "holdout_verification.json").read_text())

@@ -32,6 +32,7 @@ class Command:
     target: bool = False              # training commands: takes --target
     examples: tuple[str, ...] = field(default_factory=tuple)
     order: int = 100                  # position in the help listing
+    positional: tuple[str, ...] = ()  # function commands: parameters also given by position (`export CKPT OUT`)
 
 
 _REGISTRY: dict[str, Command] = {}

@@ -17,6 +17,7 @@ from lit_unlearn.errors import UserError
 from lit_unlearn.launch.presets import config_chain
 
 __all__ = ["Option", "PRESET", "TARGET", "options_of", "split_options", "spelled_for_jsonargparse",
+           "positional_as_options",
            "lightning_arguments", "expand_config_arguments", "check_class_arguments"]
 
 
@@ -85,6 +86,32 @@ def _arg_docs(doc: str) -> dict[str, str]:
 
 
 FLAG_VALUES = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def positional_as_options(argv: Sequence[str], options: Sequence[Option], positional: Sequence[str]) -> list[str]:
+    """`CKPT OUT --x 1` → `--checkpoint CKPT --out OUT --x 1`: bare arguments (not an option's value) take the
+    positional parameters' names in order; more of them than names is a one-line error."""
+    flags = {o.name for o in options if o.flag}
+    out: list[str] = []
+    bare: list[str] = []
+    argv = list(argv)
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--"):
+            out.append(arg)
+            name = arg[2:].split("=")[0].replace("-", "_")
+            takes_value = "=" not in arg and name not in flags and not (name.startswith("no_") and name[3:] in flags)
+            if takes_value and i + 1 < len(argv):
+                out.append(argv[i + 1])
+                i += 1
+        else:
+            bare.append(arg)
+        i += 1
+    if len(bare) > len(positional):
+        raise UserError(f"unexpected argument(s) {bare[len(positional):]}: this command takes "
+                        + (" ".join(n.upper() for n in positional) or "no positional arguments"))
+    return [a for name, value in zip(positional, bare) for a in (f"--{name}", value)] + out
 
 
 def spelled_for_jsonargparse(argv: Sequence[str], options: Sequence[Option]) -> list[str]:

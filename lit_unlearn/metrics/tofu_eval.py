@@ -161,13 +161,13 @@ class TofuReport:
                 " (raise max_length; the answers' tails were not scored)")
 
     def save(self, path: str | Path) -> Path:
+        from lit_unlearn.files import atomic_write_text
+
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"summary": self.summary, "mia_convention": self.mia_convention,
-                                    "verification": self.verification, "max_length": self.max_length,
-                                    "truncated": self.truncated, "generation": self.generation,
-                                    "evaluated_by": self.evaluated_by, "per_item": self.per_item,
-                                    "notes": self.notes}, indent=1))
+        atomic_write_text(path, json.dumps({
+            "summary": self.summary, "mia_convention": self.mia_convention, "verification": self.verification,
+            "max_length": self.max_length, "truncated": self.truncated, "generation": self.generation,
+            "evaluated_by": self.evaluated_by, "per_item": self.per_item, "notes": self.notes}, indent=1))
         return path
 
 

@@ -205,6 +205,7 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["unlearning_initial_eval"] = self.initial_eval
         checkpoint["unlearning_history"] = self.history
+        checkpoint["network_spec"] = self.network_spec  # what `lit-unlearn export` rebuilds the network from
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.initial_eval = checkpoint.get("unlearning_initial_eval")

@@ -1,0 +1,193 @@
+"""Any checkpoint of an LLM run as a Hugging Face folder that other tools load: `lit-unlearn export CKPT OUT`.
+
+What it reads:
+- a Lightning checkpoint file (one process, DDP, or a stop rule's final weights);
+- a DeepSpeed ZeRO-2/3 sharded checkpoint folder, consolidated into full fp32 tensors one at a time (DeepSpeed's
+  lazy consolidation), without the GPUs or the world size the run used;
+- a LoRA run: merged into the base weights, or with `adapter=True` saved as a peft adapter.
+The architecture and tokenizer come from the run's own record of its network (`network_spec`, in every unlearning
+checkpoint) or from `base` (a Hugging Face folder or hub name).
+
+Memory: full models are streamed tensor by tensor into safetensors shards of at most `max_shard_size` bytes, so the
+peak stays near one copy of the fp32 weights (the consolidated state). A LoRA merge builds the model once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from lit_unlearn.errors import UserError
+
+__all__ = ["export_checkpoint", "checkpoint_tensors", "parse_size"]
+
+HF_PREFIX = "model."  # lit_unlearn.models.CausalLM keeps the transformers model as `.model`
+
+
+def parse_size(text: str | int) -> int:
+    """'5GB', '500MB', '2e9' or a number of bytes."""
+    if isinstance(text, int):
+        return text
+    units = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "B": 1}
+    t = str(text).strip().upper()
+    for unit, factor in units.items():
+        if t.endswith(unit):
+            return int(float(t[: -len(unit)]) * factor)
+    return int(float(t))
+
+
+def _is_deepspeed_folder(path: Path) -> bool:
+    return path.is_dir() and ((path / "latest").is_file() or any(path.glob("*/*zero_pp_rank_*")))
+
+
+def checkpoint_tensors(path: str | Path) -> tuple[Iterator[tuple[str, Any]], dict]:
+    """(name → tensor of the module's state, one at a time; the checkpoint's extra state such as network_spec)
+    of a Lightning checkpoint file or a DeepSpeed sharded folder. Truncated or foreign checkpoints are refused."""
+    import torch
+
+    from lit_unlearn.checkpoint_io import checkpoint_is_loadable
+
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"checkpoint {path} not found")
+    if not checkpoint_is_loadable(path):
+        what = "a sharded checkpoint folder without its completion marker (the save was interrupted)" \
+            if path.is_dir() else "truncated or not a checkpoint"
+        raise UserError(f"checkpoint {path} cannot be exported: {what}; use an earlier checkpoint of the run")
+    if path.is_dir():
+        if not _is_deepspeed_folder(path):
+            raise UserError(f"{path} is a folder but not a DeepSpeed checkpoint (no `latest` tag or rank files)")
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        lazy = get_fp32_state_dict_from_zero_checkpoint(str(path), lazy_mode=True)
+        extra = _deepspeed_client_state(path)
+        return ((name, tensor.contiguous()) for name, tensor in lazy.items()), extra
+    blob = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    if not isinstance(blob, dict) or "state_dict" not in blob:
+        raise UserError(f"{path} is not a Lightning checkpoint (no state_dict)")
+    extra = {k: v for k, v in blob.items() if k not in ("state_dict", "optimizer_states")}
+    return iter(blob["state_dict"].items()), extra
+
+
+def _deepspeed_client_state(folder: Path) -> dict:
+    """The Lightning state a DeepSpeed checkpoint keeps beside the shards (hyper-parameters, network_spec)."""
+    import torch
+
+    files = sorted(folder.glob("*/*model_states.pt"))
+    if not files:
+        return {}
+    state = torch.load(files[0], map_location="cpu", weights_only=False)
+    return {k: v for k, v in state.items() if k not in ("module", "optimizer", "lr_scheduler")}
+
+
+def _network_name(name: str) -> str | None:
+    """A module state name relative to the module's `network` (None: not part of it, e.g. a frozen reference);
+    DeepSpeed and Lightning may put wrapper prefixes before it."""
+    parts = name.split(".")
+    return ".".join(parts[parts.index("network") + 1:]) if "network" in parts else None
+
+
+def _hf_name(name: str) -> str | None:
+    """A module state name as the transformers model's own (None: not part of the network)."""
+    rest = _network_name(name)
+    return rest[len(HF_PREFIX):] if rest is not None and rest.startswith(HF_PREFIX) else None
+
+
+def _base_of(extra: dict, base: str | None) -> tuple[str, dict | None]:
+    spec = extra.get("network_spec") or {}
+    init = spec.get("init_args", {}) if isinstance(spec, dict) else {}
+    base = base or init.get("name_or_path")
+    if not base:
+        raise UserError("the checkpoint does not record which Hugging Face model it started from (a network built "
+                        "from a config): give --base FOLDER with the architecture's config and tokenizer")
+    return str(base), init.get("lora")
+
+
+def export_checkpoint(checkpoint: str | Path, out: str | Path, base: str | None = None, tokenizer: str | None = None,
+                      adapter: bool = False, max_shard_size: str | int = "5GB") -> Path:
+    """Write `checkpoint` as a Hugging Face folder at `out` (see the module docstring)."""
+    from transformers import AutoConfig
+
+    from lit_unlearn.data.tokenizer import load_tokenizer
+    from lit_unlearn.files import replace_folder
+    from lit_unlearn.hub import resolve_pretrained
+
+    tensors, extra = checkpoint_tensors(checkpoint)
+    base, lora = _base_of(extra, base)
+    base = resolve_pretrained(base, "base model")
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.partial")
+    if tmp.exists():
+        import shutil
+
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    tok = load_tokenizer(tokenizer or base)
+    if lora:
+        _export_lora(tensors, base, lora, tmp, adapter)
+    else:
+        config = AutoConfig.from_pretrained(base)
+        written = _write_shards(((n, t) for n, t in ((_hf_name(k), v) for k, v in tensors) if n is not None),
+                                tmp, parse_size(max_shard_size), tied=getattr(config, "tie_word_embeddings", False))
+        if not written:
+            raise UserError(f"checkpoint {checkpoint} holds no causal-LM network weights (network.model.*): it is "
+                            "not from an LLM run")
+        config.save_pretrained(str(tmp))
+    tok.save_pretrained(str(tmp))
+    (tmp / "export.json").write_text(json.dumps({"checkpoint": str(checkpoint), "base": base, "lora": lora,
+                                                 "adapter": adapter}, indent=1, default=str))
+    return replace_folder(tmp, out)
+
+
+def _write_shards(named, folder: Path, limit: int, tied: bool) -> int:
+    """Stream (name, tensor) into model.safetensors, or model-0000k-of-0000n.safetensors with an index when the
+    total passes `limit`. Returns how many tensors were written."""
+    import torch
+    from safetensors.torch import save_file
+
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    sizes = [0]
+    total = count = 0
+    for name, tensor in named:
+        if tied and name == "lm_head.weight":
+            continue  # tied to the input embeddings: transformers rebuilds it
+        tensor = tensor.detach().to("cpu").contiguous()
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and sizes[-1] + nbytes > limit:
+            shards.append({})
+            sizes.append(0)
+        shards[-1][name] = tensor
+        sizes[-1] += nbytes
+        total += nbytes
+        count += 1
+    if len(shards) == 1:
+        save_file(shards[0], str(folder / "model.safetensors"), metadata={"format": "pt"})
+        return count
+    weight_map = {}
+    for i, shard in enumerate(shards, start=1):
+        file = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(folder / file), metadata={"format": "pt"})
+        weight_map.update({name: file for name in shard})
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    return count
+
+
+def _export_lora(tensors, base: str, lora: dict, folder: Path, adapter: bool) -> None:
+    """A LoRA run: its weights into the same peft model, then merged (or saved as the adapter alone)."""
+    import torch
+
+    from lit_unlearn.models.causal_lm import CausalLM
+
+    network = CausalLM(name_or_path=base, lora=lora)
+    state = {_network_name(name): t for name, t in tensors if _network_name(name) is not None}
+    result = network.load_state_dict(state, strict=False)
+    if result.missing_keys:
+        raise UserError(f"the checkpoint does not match a LoRA model of {base}: missing {result.missing_keys[:3]}")
+    with torch.no_grad():
+        if adapter:
+            network.model.save_pretrained(str(folder))
+        else:
+            network.model.merge_and_unload().save_pretrained(str(folder), safe_serialization=True)
