@@ -16,7 +16,7 @@ ROOT = "runs/tofu"  # the packaged tofu_tiny_* configs read runs/tofu/world
                    "lit-unlearn tofu-demo --preset tofu_tiny_npo", "lit-unlearn tofu-demo --generated"))
 def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None, seed: int = 0,
               level: Literal["01", "05", "10"] = "01", fresh: bool = False, generated: bool = False,
-              worlds: str = f"{ROOT}/worlds") -> None:
+              worlds: str = f"{ROOT}/worlds", audit: bool = False) -> None:
     """The offline TOFU job (about 5 minutes on 2 CPU cores from nothing): a world built from the real TOFU release
     shipped with the package (40 of its authors, its forget, perturbed, holdout and general-knowledge splits), a
     tiny Llama target fine-tuned on the retain and forget authors together, a retain-only model (the gold
@@ -32,6 +32,8 @@ def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None,
         fresh: build the world's models and reports again
         generated: use the generated fictitious-author stand-in instead of the real release (runs/tofu/generated)
         worlds: where worlds are built and cached (share one across projects)
+        audit: then attack the result (relearning, 8/4-bit quantisation, paraphrases) beside the world's target and
+            retain-only model (`lit-unlearn audit`), into the run's folder
     """
     from lit_unlearn.console import say
     from lit_unlearn.launch.runs import build_run, fit_run
@@ -50,7 +52,11 @@ def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None,
         overrides.append(f"--data.init_args.source.init_args.forget_level={level}")
     _point_world(folder)
     say(f"== unlearning forget{level} with {preset} (seed {seed}) ==")
-    fit_run(build_run([*overrides, *lightning_args], preset, target))
+    launched = fit_run(build_run([*overrides, *lightning_args], preset, target))
+    if audit:
+        from lit_unlearn.audit.after_run import audit_finished_run
+
+        audit_finished_run(launched)
     say(f"TensorBoard: tensorboard --logdir {ROOT}")
 
 

@@ -10,10 +10,19 @@ from lit_unlearn.commands import command
          examples=("lit-unlearn unlearn", "lit-unlearn unlearn --preset digits_npo",
                    'lit-unlearn unlearn --target "ua within 0.05 of retrain"',
                    "lit-unlearn unlearn --model.init_args.eta=0.02 --ckpt_path last"))
-def unlearn(lightning_args: list[str], preset: str, target: str | None = None) -> None:
+def unlearn(lightning_args: list[str], preset: str, target: str | None = None, audit: bool = False) -> None:
     """Unlearn a trained target. The preset's config comes first (default digits_hamu); --config files and
     --KEY=VALUE overrides follow and win, as in LightningCLI. Each run has its own folder; --ckpt_path last resumes
-    this configuration's unfinished run (docs/cluster.md)."""
+    this configuration's unfinished run (docs/cluster.md).
+
+    Args:
+        audit: LLM runs on TOFU-format data: when the run has finished, attack its final weights (relearning,
+            8/4-bit quantisation, paraphrases; `lit-unlearn audit`) into the run's folder
+    """
     from lit_unlearn.launch.runs import build_run, fit_run
 
-    fit_run(build_run(lightning_args, preset, target))
+    launched = fit_run(build_run(lightning_args, preset, target))
+    if audit:
+        from lit_unlearn.audit.after_run import audit_finished_run
+
+        audit_finished_run(launched)
