@@ -34,8 +34,12 @@ def test_every_packaged_bench_method_builds_at_every_grid_point(preset):
 def test_packaged_bench_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
     spec = load_bench_spec(packaged_config("bench_tofu_tiny"))
     assert {m.name for m in spec.methods} >= {"GA", "GradDiff", "NPO", "SimNPO", "IdkDPO", "RMU", "HAMU", "OFMU"}
-    assert spec.forget_levels == ["01", "05", "10"] and spec.data["kind"] == "world" and len(spec.seeds) >= 2
-    assert next(m for m in spec.methods if m.name == "OFMU").steps  # its rounds cost ~10 gradients each
+    assert spec.forget_levels == ["01", "05", "10"] and spec.data["kind"] == "world" and len(spec.seeds) >= 3
+    assert spec.epochs and spec.audit and spec.validation_level == "all"  # a budget per level, chosen per level
+    ofmu = next(m for m in spec.methods if m.name == "OFMU")
+    assert ofmu.epochs and ofmu.epochs < spec.epochs  # its rounds cost ~10 gradients each
+    assert "outer_clip" not in ofmu.init_args and "forget_ceiling" not in ofmu.init_args  # the paper's form
+    assert any(m.init_args.get("forget_ceiling") == "holdout" for m in spec.methods)  # the variant, its own row
     big = load_bench_spec(packaged_config("bench_tofu_llama2_7b"))
     assert big.data["kind"] == "tofu" and set(big.data["references"]) == {"01", "05", "10"}
     bad = tmp_path / "bad.yaml"
@@ -53,12 +57,13 @@ def test_packaged_bench_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
         load_bench_spec(bad)
 
 
-def test_select_point_is_the_best_forget_quality_above_the_utility_floor():
-    rows = [{"point": {"lr": 1}, "FQ": 0.9, "MU": 0.50}, {"point": {"lr": 2}, "FQ": 0.3, "MU": 0.80},
-            {"point": {"lr": 3}, "FQ": 0.2, "MU": 0.95}, {"point": {"lr": 4}, "FQ": None, "MU": 0.99}]
+def test_select_point_is_the_smallest_steering_band_ratio_above_the_utility_floor():
+    band = "band ratio (steering)"
+    rows = [{"point": {"lr": 1}, band: 0.8, "MU": 0.50}, {"point": {"lr": 2}, band: 1.2, "MU": 0.80},
+            {"point": {"lr": 3}, band: 1.4, "MU": 0.95}, {"point": {"lr": 4}, band: None, "MU": 0.99}]
     for floor in (0.0, 0.5, 0.7, 0.9, 0.95, 1.5):
-        ok = [r for r in rows if r["MU"] >= floor * 1.0 and r["FQ"] is not None]
-        expected = max(ok, key=lambda r: r["FQ"])["point"] if ok else max(rows, key=lambda r: r["MU"])["point"]
+        ok = [r for r in rows if r["MU"] >= floor * 1.0 and r[band] is not None]
+        expected = min(ok, key=lambda r: r[band])["point"] if ok else max(rows, key=lambda r: r["MU"])["point"]
         assert TofuBenchmark().select(rows, {"MU": 1.0}, floor)[0] == expected
 
 
@@ -70,12 +75,12 @@ out_dir: {tmp_path / 'out'}
 data: {{kind: generated, seed: 0, validation_seed: 1, n_authors: 10, epochs: 4}}
 forget_levels: ["10"]
 seeds: [0, 1]
-steps: 3
+epochs: 2
 batch_size: 8
 max_new_tokens: 4
 methods:
   GA: {{class_path: lit_unlearn.modules.GAModule, init_args: {{optimizer: adamw}}, grid: {{lr: [1.0e-4, 1.0e-2]}}}}
-  IdkDPO: {{class_path: lit_unlearn.modules.IdkDPOModule, needs_refusals: true, grid: {{lr: [1.0e-3]}}}}
+  IdkDPO: {{class_path: lit_unlearn.modules.IdkDPOModule, needs_refusals: true, steps: 1, grid: {{lr: [1.0e-3]}}}}
 """)
     spec = load_bench_spec(cfg)
     results = run_bench(spec, log=lambda *a: None)
@@ -83,6 +88,10 @@ methods:
     runs = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
     # validation: target + 2 GA points + 1 IdkDPO point; test: (target + 2 methods) x 2 seeds
     assert len(runs) == 4 + 6
+    # the budget: 2 epochs over forget10's 8 items at batch 8 is 2 steps; IdkDPO's own budget wins
+    assert {r["steps"] for r in runs if r["method"] == "GA"} == {2} and {r["steps"] for r in runs
+                                                                       if r["method"] == "IdkDPO"} == {1}
+    assert all(r["band ratio"] is not None and r["verified"] in (0.0, 1.0) for r in runs)
     grid = list(csv.DictReader((out / "grid.csv").open()))
     for method in ("GA", "IdkDPO"):
         mine = [r for r in runs if r["phase"] == "validation" and r["method"] == method]

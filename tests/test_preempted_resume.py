@@ -46,7 +46,7 @@ def test_a_preempted_bench_resumes_its_grid_point_exactly(tmp_path, monkeypatch)
         cfg.write_text(f"""
 out_dir: {tmp_path / out}
 data: {{kind: generated, seed: 0, validation_seed: 1, n_authors: 10, epochs: 4}}
-forget_levels: ["10"]
+forget_levels: ["01", "05", "10"]
 seeds: [0]
 steps: 4
 batch_size: 8

@@ -36,14 +36,27 @@ class _Benchmark:
         """A method's init_args with what only the world knows filled in."""
         return init_args
 
+    def forget_size(self, world: World, level: str) -> int | None:
+        """How many items the level's forget set has (an epoch budget's unit); None where it does not apply."""
+        return None
+
+    def audit(self, world: World, level: str, network, spec, out: Path) -> dict:
+        return {}
+
 
 class TofuBenchmark(_Benchmark):
     name = "tofu"
-    columns = {"FQ": "forget_quality", "MU": "model_utility", "FTR": "forget_truth_ratio", "privleak": "privleak",
-               "AUC vs retain-only": "verification/forget_vs_retain_only_auc", "ES": "forget/es",
-               "forget ROUGE": "forget/rouge"}
-    figure = ("MU", "FQ", True)  # x, y, log y
-    criterion = "the highest forget quality among points keeping model utility >= {floor:g} x the target's"
+    # The reference-free verification first (the criterion and the verdict); the retain-only model's measures after
+    # it, labelled as the gold standard; the audit's band ratios when the bench runs it.
+    columns = {"verified": "verify/passed", "band ratio": "verify/band_ratio",
+               "band ratio (steering)": "verify/steering_band_ratio", "MU": "model_utility",
+               "FQ (gold)": "forget_quality", "AUC vs retain-only (gold)": "verification/forget_vs_retain_only_auc",
+               "FTR": "forget_truth_ratio", "ES": "forget/es", "forget ROUGE": "forget/rouge",
+               "relearn band ratio": "audit/relearn", "int4 band ratio": "audit/int4",
+               "paraphrase band ratio": "audit/paraphrase", "robust": "audit/robust"}
+    figure = ("MU", "band ratio", False)  # x, y, log y
+    criterion = ("the smallest band ratio of the reference-free verification on the steering half among points "
+                 "keeping model utility >= {floor:g} x the target's (no retain-only model read)")
 
     def levels(self, spec) -> list[str]:
         return list(spec.forget_levels)
@@ -122,26 +135,73 @@ class TofuBenchmark(_Benchmark):
                               alternate_answers=(str(refusals) if refusals.is_file() else "generated")
                               if method.needs_refusals else None)
 
+    def method_args(self, world: World, level: str, init_args: dict) -> dict:
+        """forget_ceiling "holdout" (read from a run's HoldoutVerification in a plain run; the bench evaluates
+        outside the run) becomes the number: the target's mean answer NLL on this level's holdout items."""
+        if init_args.get("forget_ceiling") != "holdout":
+            return init_args
+        key = ("holdout_nll", world.name, level)
+        if key not in self._evaluators:
+            from lit_unlearn.data import TofuSource
+            from lit_unlearn.metrics import TofuEvaluator
+            from lit_unlearn.models import CausalLM
+
+            splits = TofuSource(world.data, level).eval_splits()
+            report = TofuEvaluator(world.tokenizer, {k: splits[k] for k in ("forget", "holdout")},
+                                   template=world.template, max_length=world.max_length, gradnorm=False).run(
+                CausalLM(name_or_path=world.target, **world.network_args), only=["membership"])
+            values = report.per_item["mia"]["holdout_loss"]
+            self._evaluators[key] = sum(values) / len(values)
+        return {**init_args, "forget_ceiling": round(self._evaluators[key], 6)}
+
+    def forget_size(self, world: World, level: str) -> int:
+        from lit_unlearn.data import TofuSource
+
+        return len(TofuSource(world.data, level).load_split(f"forget{level}"))
+
     def evaluate(self, world: World, level: str, network, spec) -> dict:
         from lit_unlearn.data import TofuSource
         from lit_unlearn.metrics import TofuEvaluator
+        from lit_unlearn.verification.holdout_calibration import calibrated_delta
+        from lit_unlearn.verification.steering_halves import author_groups, half_verdict, split_halves
 
         key = (world.name, level)
         if key not in self._evaluators:  # one per world and level: the data is read and tokenised once
             self._evaluators[key] = TofuEvaluator(world.tokenizer, TofuSource(world.data, level).eval_splits(),
                                                   template=world.template, max_new_tokens=spec.max_new_tokens,
-                                                  max_length=world.max_length, reference=world.references[level],
-                                                  gradnorm=False)
+                                                  max_length=world.max_length, reference=world.references[level])
+        evaluator = self._evaluators[key]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            report = self._evaluators[key].run(network)
-        return {**report.summary, **{f"verification/{k}": v for k, v in (report.verification or {}).items()}}
+            report = evaluator.run(network)
+        out = {**report.summary, **{f"verification/{k}": v for k, v in (report.verification or {}).items()}}
+        # the reference-free verification, split and calibrated as HoldoutVerification does it
+        per_author = 20 if spec.data.get("kind", "world") != "generated" else int(spec.data.get("n_questions", 8))
+        groups = {side: author_groups(evaluator.splits[side], side, per_author) for side in ("forget", "holdout")}
+        halves = {side: split_halves(groups[side], 0) for side in groups}
+        attacks = ["loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm"]
+        for half, prefix in (("steering", "verify/steering_"), ("reporting", "verify/")):
+            verdict = half_verdict(report.per_item["mia"], groups, halves, half, attacks, *calibrated_delta(level))
+            out[f"{prefix}band_ratio"], out[f"{prefix}passed"] = verdict.band_ratio, float(verdict.passed)
+        return out
+
+    def audit(self, world: World, level: str, network, spec, out: Path) -> dict:
+        """The audit's band ratios of the unlearned model alone (the bound is 1: no retain-only model read)."""
+        from lit_unlearn.audit import AuditSpec, run_audit
+        from lit_unlearn.data import TofuSource
+
+        report = run_audit({"unlearned": network}, world.tokenizer, TofuSource(world.data, level),
+                           AuditSpec(quant_bits=[4]), out, template=world.template, log=lambda *a: None)
+        cond = report.results["unlearned"]
+        return {**{f"audit/{c}": cond[c]["band_ratio"] for c in ("relearn", "int4", "paraphrase") if c in cond},
+                "audit/robust": float(bool(report.robust))}
 
     def select(self, rows: list[dict], target: dict, floor: float) -> tuple[dict, str]:
-        best = _best(rows, lambda r: (r["FQ"], r["MU"]),
-                     lambda r: r["MU"] is not None and r["FQ"] is not None and r["MU"] >= floor * target["MU"])
+        best = _best(rows, lambda r: (-r["band ratio (steering)"], r["MU"]),
+                     lambda r: r["MU"] is not None and r.get("band ratio (steering)") is not None
+                     and r["MU"] >= floor * target["MU"])
         if best:
-            return best["point"], f"max FQ with MU >= {floor:g} x target's"
+            return best["point"], f"smallest steering band ratio with MU >= {floor:g} x target's"
         best = max(rows, key=lambda r: r["MU"] if r["MU"] is not None else -math.inf)
         return best["point"], f"no point kept MU >= {floor:g} x target's: max MU"
 

@@ -42,7 +42,7 @@ def aggregate(rows: list[dict], order: list[str], columns: list[str]) -> list[di
 def _cell(mean, std, col) -> str:
     if mean is None:
         return "n/a"
-    fmt = ".2e" if col == "FQ" and abs(mean) < 1e-2 else ".3g"
+    fmt = ".2e" if col.startswith("FQ") and abs(mean) < 1e-2 else ".3g"
     return f"{mean:{fmt}}" + (f" ± {std:{fmt}}" if std else "")
 
 

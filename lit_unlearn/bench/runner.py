@@ -35,15 +35,24 @@ def _no_report(module) -> None:
     module.run_report.enabled = False  # the bench evaluates with the benchmark's own report
 
 
-def _steps(spec: BenchSpec, method: MethodSpec | None) -> int:
-    return method.steps if method is not None and method.steps else spec.steps
+def _steps(spec: BenchSpec, method: MethodSpec | None, n_forget: int | None = None) -> int:
+    """A run's step budget: the method's own steps, else its or the bench's epochs over the forget set (one step
+    takes one forget batch), else the bench's steps."""
+    import math
+
+    if method is not None and method.steps:
+        return method.steps
+    epochs = (method.epochs if method is not None else None) or spec.epochs
+    if epochs and n_forget:
+        return max(1, math.ceil(epochs * n_forget / spec.batch_size))
+    return spec.steps
 
 
 def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpec | None, point: dict, level: str,
-                         seed: int, runs: Path = Path("runs")) -> dict[str, Any]:
-    """One run: the method's module on the world's target for `spec.steps` steps (through the launch path, in its
-    own folder under `runs`), then the benchmark's report. method=None evaluates the target itself (the "before"
-    row)."""
+                         seed: int, runs: Path = Path("runs"), audit: bool = False) -> dict[str, Any]:
+    """One run: the method's module on the world's target for its step budget (through the launch path, in its
+    own folder under `runs`), then the benchmark's report (and with `audit`, the audit's columns). method=None
+    evaluates the target itself (the "before" row)."""
     from lit_unlearn.launch.runs import RunSpec, launch
     from lit_unlearn.specs import fingerprint
 
@@ -57,13 +66,17 @@ def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpe
     else:
         args = bench.method_args(world, level, {**method.init_args, **point})
         model = {"class_path": method.class_path, "init_args": {**args, "network": network}}
-        trainer = {"max_steps": _steps(spec, method), "max_epochs": -1, "limit_val_batches": 0, **spec.trainer}
+        trainer = {"max_steps": _steps(spec, method, bench.forget_size(world, level)), "max_epochs": -1,
+                   "limit_val_batches": 0, **spec.trainer}
         identity = {"model": model, "world": world.name, "level": level, "seed": seed, "trainer": trainer}
         key = f"{method.name}-{world.name}-forget{level}-seed{seed}-{fingerprint(identity, 8)}"
         launched = launch(RunSpec(runs / key, model, bench.datamodule(world, level, seed, spec, method), trainer,
                                   seed=seed, identity=identity, configure=_no_report))
         trained = launched.model.network
     summary = bench.evaluate(world, level, trained, spec)
+    if audit:
+        summary.update(bench.audit(world, level, trained, spec, runs / f"audit-{world.name}-forget{level}-seed{seed}-"
+                                   f"{method.name if method else 'Target'}"))
     row = {"world": world.name, "method": method.name if method else "Target", "point": point, "level": level,
            "seed": seed, "seconds": round(time.perf_counter() - t0, 1)}
     row.update({col: summary.get(key) for col, key in bench.columns.items()})
@@ -87,13 +100,14 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
             if line.strip():
                 row = json.loads(line)
                 done[_run_key(row["world"], row["method"], row["point"], row["level"], row["seed"],
-                              row.get("steps", spec.steps))] = row
+                              row.get("steps", spec.steps))] = row  # a run's key holds the budget it ran
 
     def run(world, method, point, level, seed, phase):
-        steps = _steps(spec, method)
+        steps = _steps(spec, method, bench.forget_size(world, level))
         key = _run_key(world.name, method.name if method else "Target", point, level, seed, steps)
         if key not in done:
-            row = {**unlearn_and_evaluate(spec, bench, world, method, point, level, seed, out / "runs"),
+            audit = spec.audit and phase == "test" and bench.name == "tofu"
+            row = {**unlearn_and_evaluate(spec, bench, world, method, point, level, seed, out / "runs", audit),
                    "phase": phase, "steps": steps}
             if rank_zero_only.rank == 0:  # every process runs the same loop; one writes
                 with done_file.open("a") as f:

@@ -3,8 +3,10 @@
     methods:
       NPO: {class_path: lit_unlearn.modules.NPOModule, init_args: {optimizer: adamw}, grid: {lr: [3e-4, 1e-3]}}
     forget_levels: ["01", "05", "10"]
-    seeds: [0, 1]
-    steps: 40               # every method's step budget (a method may set its own `steps:`)
+    seeds: [0, 1, 2]
+    epochs: 5               # the budget: epochs over each level's forget set (or `steps:`, one count for all;
+                            # a method may set its own `steps:` or `epochs:`)
+    audit: true             # also attack every test run's result (lit-unlearn audit's columns)
 
 `benchmark: tofu` (default) or `muse`. TOFU data:
 - `data.kind: world` (the offline default): the TOFU world built from the real release (lit_unlearn.worlds.
@@ -41,7 +43,7 @@ class MethodSpec:
     grid: dict[str, list[Any]] = field(default_factory=dict)
     needs_refusals: bool = False
     steps: int | None = None    # this method's step budget when it differs from the bench's (e.g. OFMU's rounds)
-
+    epochs: float | None = None  # or its budget in epochs over the forget set
     def grid_points(self) -> list[dict[str, Any]]:
         """Every combination of the grid's values (one empty point when there is no grid)."""
         keys = sorted(self.grid)
@@ -54,6 +56,8 @@ class BenchSpec:
     forget_levels: list[str] = field(default_factory=lambda: list(LEVELS))
     seeds: list[int] = field(default_factory=lambda: [0])
     steps: int = 40
+    epochs: float | None = None         # the budget in epochs over each level's forget set (wins over steps)
+    audit: bool = False                 # attack every test run's result (TOFU): relearning, 4-bit, paraphrases
     batch_size: int = 32
     max_new_tokens: int | None = None   # None: enough for ≥ 95 % of each split's reference answers
     validation_level: str = "all"   # a forget level, or "all" (the grid chosen at every level on its own)
@@ -73,12 +77,12 @@ def load_bench_spec(path: str | Path) -> BenchSpec:
     for name, m in raw.pop("methods").items():
         if "class_path" not in (m or {}):
             raise UserError(f"{path}: method {name} needs a class_path (e.g. lit_unlearn.modules.NPOModule)")
-        if unknown := set(m) - {"class_path", "init_args", "grid", "needs_refusals", "steps"}:
+        if unknown := set(m) - {"class_path", "init_args", "grid", "needs_refusals", "steps", "epochs"}:
             raise UserError(f"{path}: method {name}: unknown keys {sorted(unknown)}; known: class_path, init_args, "
-                            "grid, needs_refusals, steps")
+                            "grid, needs_refusals, steps, epochs")
         methods.append(MethodSpec(name, m["class_path"], dict(m.get("init_args") or {}),
                                   {k: list(v) for k, v in (m.get("grid") or {}).items()},
-                                  bool(m.get("needs_refusals", False)), m.get("steps")))
+                                  bool(m.get("needs_refusals", False)), m.get("steps"), m.get("epochs")))
     unknown = set(raw) - set(BenchSpec.__dataclass_fields__)
     if unknown:
         raise UserError(f"{path}: unknown bench keys {sorted(unknown)}; known: "
