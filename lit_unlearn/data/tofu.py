@@ -63,8 +63,8 @@ def _read_local(folder: Path, split: str) -> list[dict]:
                                 "a split is a JSON list of records, or JSON lines") from None
             except (OSError, ValueError) as err:  # an unreadable parquet file
                 raise UserError(f"{path} cannot be read ({str(err).splitlines()[0]})") from None
-            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-                raise UserError(f"{path} is not a list of records (objects with question, answer, ...)")
+            if not isinstance(rows, list):
+                raise UserError(f"{path} is not a JSON list (of records, or of texts)")
             return rows
     raise MissingFileError(f"split {split!r} not found in {folder} (looked for {split}.json / .jsonl / .parquet)")
 
@@ -80,6 +80,10 @@ def check_columns(rows: list[dict], required: tuple[str, ...], split: str, where
     """Refuse a split whose rows lack a column the evaluation needs, before any model is run."""
     if not rows:
         raise UserError(f"split {split!r} in {where} is empty")
+    bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
+    if bad is not None:
+        raise UserError(f"split {split!r} in {where}: row {bad} is not a record (an object with question, answer, "
+                        f"...): {str(rows[bad])[:60]!r}")
     missing = sorted({c for r in rows for c in required if c not in r})
     if missing:
         bad = [i for i, r in enumerate(rows) if any(c not in r for c in missing)]
