@@ -52,6 +52,8 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
         format: lit-unlearn's report, or open-unlearning's TOFU_EVAL.json / TOFU_SUMMARY.json layout
         logdir: also log the summary as TensorBoard scalars (tofu/...) here
     """
+    import time
+
     from lit_unlearn.data import TofuSource
     from lit_unlearn.errors import UserError
     from lit_unlearn.metrics import TofuEvaluator
@@ -60,11 +62,13 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
 
     network, tok = load_causal_lm(model, base, tokenizer, dtype, device)
     source = TofuSource(data, forget_level)
+    started = time.perf_counter()
     report = TofuEvaluator(tok, source.eval_splits(), template=template, max_new_tokens=max_new_tokens,
                            max_length=max_length,
                            batch_size=batch_size, reference=reference, require_reference=require_reference,
                            mia_convention=mia_convention, input_format=input_format,
                            gradnorm=gradnorm).run(network, device)
+    seconds = time.perf_counter() - started
     if format == "open-unlearning":
         if not save:
             raise UserError("--format open-unlearning writes TOFU_EVAL.json and TOFU_SUMMARY.json: give --save FOLDER")
@@ -79,3 +83,4 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
         (Path(save) / "TOFU_SUMMARY.json").write_text(json.dumps(summary, indent=4, default=float))
         save = str(Path(save) / "lit_unlearn_report.json")
     finish_report(report, "tofu", save, logdir)
+    print(f"(evaluated in {seconds:.2f} s)")

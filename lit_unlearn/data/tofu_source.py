@@ -1,0 +1,150 @@
+"""TOFU and WaterDrum-TOFU splits: from the HF hub or a local folder, their columns checked before any work.
+
+- `TofuSource("locuslab/TOFU")`: hub dataset; each split is a config (`forget10`, `retain90`,
+  `forget10_perturbed`, `retain_perturbed`, `real_authors_perturbed`, `world_facts_perturbed`, `holdout10`).
+- `TofuSource("path/to/folder")`: the same split names as `{split}.json`, `.jsonl` or `.parquet` files
+  (what `write_tofu_json` produces for the generated fictitious-author set).
+- `WaterDrumSource("Glow-AI/WaterDrum-TOFU")`: configs `forget_01/05/10` with splits `forget`/`retain`
+  (hub), or a folder with `forget_10/forget.json` etc. It has no perturbed answers: truth-ratio metrics
+  need a TOFU-format `eval_source`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lit_unlearn.errors import MissingFileError, UserError
+
+__all__ = ["TofuSource", "WaterDrumSource", "FORGET_SPLITS", "EVAL_COLUMNS", "check_columns"]
+
+FORGET_SPLITS = {"01": ("forget01", "retain99"), "05": ("forget05", "retain95"), "10": ("forget10", "retain90")}
+
+
+def _read_local(folder: Path, split: str) -> list[dict]:
+    for ext in (".json", ".jsonl", ".parquet"):
+        path = folder / f"{split}{ext}"
+        if path.is_file():
+            try:
+                if ext == ".json":
+                    rows = json.loads(path.read_text())
+                elif ext == ".jsonl":
+                    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+                else:
+                    import pandas as pd
+
+                    rows = pd.read_parquet(path).to_dict("records")
+            except json.JSONDecodeError as err:
+                raise UserError(f"{path} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
+                                "a split is a JSON list of records, or JSON lines") from None
+            except (OSError, ValueError) as err:  # an unreadable parquet file
+                raise UserError(f"{path} cannot be read ({str(err).splitlines()[0]})") from None
+            if not isinstance(rows, list):
+                raise UserError(f"{path} is not a JSON list (of records, or of texts)")
+            return rows
+    raise MissingFileError(f"split {split!r} not found in {folder} (looked for {split}.json / .jsonl / .parquet)")
+
+
+QA_COLUMNS = ("question", "answer")
+PERTURBED_COLUMNS = ("question", "answer", "paraphrased_answer", "perturbed_answer")
+EVAL_COLUMNS = {"forget": PERTURBED_COLUMNS, "retain": PERTURBED_COLUMNS,
+                "real_authors": ("question", "answer", "perturbed_answer"),
+                "world_facts": ("question", "answer", "perturbed_answer"), "holdout": QA_COLUMNS}
+
+
+def check_columns(rows: list[dict], required: tuple[str, ...], split: str, where: str) -> None:
+    """Refuse a split whose rows lack a column the evaluation needs, before any model is run."""
+    if not rows:
+        raise UserError(f"split {split!r} in {where} is empty")
+    bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
+    if bad is not None:
+        raise UserError(f"split {split!r} in {where}: row {bad} is not a record (an object with question, answer, "
+                        f"...): {str(rows[bad])[:60]!r}")
+    missing = sorted({c for r in rows for c in required if c not in r})
+    if missing:
+        bad = [i for i, r in enumerate(rows) if any(c not in r for c in missing)]
+        have = sorted(rows[bad[0]])
+        rows_text = f"row {bad[0]}" if len(bad) == 1 else f"{len(bad)} rows (the first: row {bad[0]})"
+        if len(bad) == len(rows):
+            rows_text = "every row"
+        raise UserError(f"split {split!r} in {where}: {rows_text} has no column(s) {missing} (it has {have}, question "
+                        f"{str(rows[bad[0]].get('question', ''))[:50]!r}); the TOFU evaluation needs TOFU's "
+                        "*_perturbed splits (paraphrased_answer, perturbed_answer)")
+    if "perturbed_answer" in required:
+        for i, r in enumerate(rows):
+            answers = r["perturbed_answer"]
+            if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
+                raise UserError(f"split {split!r} in {where}: row {i}'s perturbed_answer is not a non-empty list of "
+                                f"strings (got {type(answers).__name__}): TOFU's perturbed splits hold a list per row")
+
+
+class TofuSource:
+    def __init__(self, path: str = "locuslab/TOFU", forget_level: str = "10", cache_dir: str | None = None) -> None:
+        """
+        Args:
+            path: HF hub dataset name or a local folder of `{split}.json|jsonl|parquet`.
+            forget_level: "01", "05" or "10" (forget01 + retain99, …).
+        """
+        if forget_level not in FORGET_SPLITS:
+            raise UserError(f"forget_level={forget_level!r}: choose one of {sorted(FORGET_SPLITS)}")
+        self.path, self.forget_level, self.cache_dir = path, forget_level, cache_dir
+
+    @property
+    def is_local(self) -> bool:
+        return Path(self.path).exists()
+
+    def load_split(self, split: str) -> list[dict]:
+        if self.is_local:
+            return _read_local(Path(self.path), split)
+        from lit_unlearn.hub import hub_error, resolve_pretrained
+
+        resolve_pretrained(self.path, "TOFU data", "`lit-unlearn tofu-demo` writes runs/tofu/data")
+        import datasets
+
+        try:
+            return list(datasets.load_dataset(self.path, split, split="train", cache_dir=self.cache_dir))
+        except (OSError, ConnectionError) as err:
+            raise hub_error("dataset", f"{self.path}:{split}", err) from err
+
+    def forget_retain(self) -> tuple[list[dict], list[dict]]:
+        forget, retain = FORGET_SPLITS[self.forget_level]
+        rows = self.load_split(forget), self.load_split(retain)
+        for split, data in zip((forget, retain), rows):
+            check_columns(data, QA_COLUMNS, split, self.path)
+        return rows
+
+    def eval_splits(self) -> dict[str, list[dict]]:
+        """The TOFU evaluation sets, their columns checked before any work; missing optional ones (real authors,
+        world facts, holdout) are skipped."""
+        out = {"forget": self.load_split(f"forget{self.forget_level}_perturbed"),
+               "retain": self.load_split("retain_perturbed")}
+        for name, split in (("real_authors", "real_authors_perturbed"), ("world_facts", "world_facts_perturbed"),
+                            ("holdout", f"holdout{self.forget_level}")):
+            try:
+                out[name] = self.load_split(split)
+            except FileNotFoundError:
+                continue
+        for name, rows in out.items():
+            check_columns(rows, EVAL_COLUMNS[name], name, self.path)
+        return out
+
+
+class WaterDrumSource(TofuSource):
+    def __init__(self, path: str = "Glow-AI/WaterDrum-TOFU", forget_level: str = "10", watermarked: bool = True,
+                 cache_dir: str | None = None) -> None:
+        super().__init__(path, forget_level, cache_dir)
+        self.config = f"{'' if watermarked else 'unwatermarked_'}forget_{forget_level}"
+
+    def _load(self, split: str) -> list[dict]:
+        if self.is_local:
+            return _read_local(Path(self.path) / self.config, split)
+        import datasets
+
+        return list(datasets.load_dataset(self.path, self.config, split=split, cache_dir=self.cache_dir))
+
+    def forget_retain(self) -> tuple[list[dict], list[dict]]:
+        return self._load("forget"), self._load("retain")
+
+    def eval_splits(self) -> dict[str, list[dict]]:
+        forget, retain = self.forget_retain()
+        return {"forget": forget, "retain": retain}

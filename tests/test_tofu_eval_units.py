@@ -1,0 +1,184 @@
+"""The TOFU evaluator's metric units give the numbers the evaluator gave before it was split into units (to 1e-6),
+on TOFU's real forget01, holdout01 and slices of retain, real-author and world-fact splits; and each unit runs only
+the passes it declares.
+
+The expected numbers in tests/data/tofu_eval_golden.json were written by the evaluator as it stood before the split
+(`python tests/test_tofu_eval_units.py --write`, commit noted in the file); they are regenerated only when a metric
+is meant to change."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+GOLDEN = Path(__file__).parent / "data" / "tofu_eval_golden.json"
+SPLIT_SLICES = {"forget": ("forget01_perturbed", 40), "holdout": ("holdout01", 40),
+                "retain": ("retain_perturbed", 40), "real_authors": ("real_authors_perturbed", 20),
+                "world_facts": ("world_facts_perturbed", 20)}
+SETTINGS = {"ours": {}, "open-unlearning": {"mia_convention": "open-unlearning", "input_format": "open-unlearning"}}
+
+
+def real_splits_and_tokenizer(folder: Path):
+    from lit_unlearn.data import train_bpe_tokenizer
+    from lit_unlearn.data.tofu_release import load_release
+
+    release = load_release()
+    splits = {name: release[split][:n] for name, (split, n) in SPLIT_SLICES.items()}
+    texts = [r["question"] + " " + a for rows in splits.values() for r in rows
+             for a in [r["answer"], r.get("paraphrased_answer", ""), *r.get("perturbed_answer", [])] if a]
+    return splits, train_bpe_tokenizer(texts, folder, vocab_size=400)
+
+
+def _fitted(network, tok, rows, steps: int = 150):
+    """A model that has learned something of `rows` (non-zero ROUGE, memorisation, model utility). Trained in
+    float64 and cast to float32, so that the weights do not depend on the machine's summation order."""
+    from lit_unlearn.data import QAFormatter, pad_collate
+
+    network = network.double()
+    fmt, collate = QAFormatter(tok), pad_collate(tok.pad_token_id)
+    items = [fmt.encode(r["question"], r["answer"]) for r in rows]
+    opt = torch.optim.Adam(network.parameters(), lr=1e-2)
+    for step in range(steps):
+        batch = collate([items[(step * 8 + j) % len(items)] for j in range(8)])
+        logits = network(batch["input_ids"], attention_mask=batch["attention_mask"])[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 batch["labels"][:, 1:].reshape(-1), ignore_index=-100)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return network.float().eval()
+
+
+def evaluate_all(folder: Path) -> dict[str, dict]:
+    """Every report the golden file holds: a reference model's, then the evaluated model's against it, in both
+    conventions (all metrics, gradnorm and the reference attack included)."""
+    from lit_unlearn.metrics import TofuEvaluator
+    from lit_unlearn.models import CausalLM, tiny_llama_config
+
+    splits, tok = real_splits_and_tokenizer(folder)
+    config = tiny_llama_config(vocab_size=len(tok), max_positions=512)
+    known = splits["retain"] + splits["real_authors"][:10] + splits["world_facts"][:10]
+    reference_model = _fitted(CausalLM(config=config, seed=11), tok, known)
+    model = _fitted(CausalLM(config=config, seed=12), tok, known + splits["forget"][:20])
+    out = {}
+    for name, options in SETTINGS.items():
+        ref = TofuEvaluator(tok, splits, max_new_tokens=16, **options).run(reference_model)
+        ref_path = ref.save(folder / f"ref_{name}.json")
+        report = TofuEvaluator(tok, splits, max_new_tokens=16, reference=ref_path, **options).run(model)
+        out[f"{name}/reference"] = json.loads(ref_path.read_text())
+        out[f"{name}/model"] = json.loads(report.save(folder / f"model_{name}.json").read_text())
+    return out
+
+
+def _numbers(tree, prefix=""):
+    """Every number in a report, by its path (notes and other text are not compared)."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from _numbers(v, f"{prefix}/{k}")
+    elif isinstance(tree, list):
+        for i, v in enumerate(tree):
+            yield from _numbers(v, f"{prefix}[{i}]")
+    elif isinstance(tree, (int, float)) and not isinstance(tree, bool) or tree is None:
+        yield prefix, tree
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    torch.manual_seed(0)
+    return evaluate_all(tmp_path_factory.mktemp("units"))
+
+
+def test_the_units_give_the_evaluators_numbers_before_the_split(reports):
+    golden = json.loads(GOLDEN.read_text())["reports"]
+    assert set(golden) == set(reports)
+    compared = 0
+    for name, expected in golden.items():
+        expected = {k: v for k, v in expected.items() if k != "evaluated_by"}
+        got = dict(_numbers({k: v for k, v in reports[name].items() if k != "evaluated_by"}))
+        for path, value in _numbers(expected):
+            assert path in got, f"{name}: {path} is no longer reported"
+            if value is None:
+                assert got[path] is None, f"{name}: {path} was missing before, now {got[path]}"
+            else:
+                assert got[path] is not None and math.isclose(got[path], value, rel_tol=1e-6, abs_tol=1e-6), \
+                    f"{name}: {path} = {got[path]}, before the split {value}"
+            compared += 1
+    assert compared > 2000, compared  # per-item values of every split and attack, not just the summary
+
+
+class CountingLM(torch.nn.Module):
+    """A model that records its passes: teacher-forced rows (with and without grad) and generated prompts."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.scored_rows, self.grad_rows, self.generated = 0, 0, 0
+
+    def forward(self, input_ids, attention_mask=None):
+        if torch.is_grad_enabled():
+            self.grad_rows += input_ids.shape[0]
+        else:
+            self.scored_rows += input_ids.shape[0]
+        return self.inner(input_ids, attention_mask=attention_mask)
+
+    def generate(self, input_ids, **kwargs):
+        self.generated += input_ids.shape[0]
+        return self.inner.generate(input_ids, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    from lit_unlearn.models import CausalLM, tiny_llama_config
+
+    splits, tok = real_splits_and_tokenizer(tmp_path_factory.mktemp("passes"))
+    return splits, tok, CausalLM(config=tiny_llama_config(vocab_size=len(tok), max_positions=512), seed=5)
+
+
+def _distinct_pairs(splits, names, answers_of=()):
+    from lit_unlearn.metrics.tofu_scoring import split_pairs
+
+    pairs = {p for n in names for p in split_pairs(n, splits[n])}
+    return len(pairs | {(r["question"], r["answer"]) for n in answers_of for r in splits[n]})
+
+
+@pytest.mark.parametrize("only, scored, generated, grads", [
+    (None, ("forget", "retain", "real_authors", "world_facts"), ("forget", "retain", "real_authors", "world_facts"),
+     ("forget", "holdout")),
+    (["membership"], (), (), ()),
+    (["membership", "gradnorm"], (), (), ("forget", "holdout")),
+    (["forget_quality", "privleak"], ("forget",), (), ()),
+    (["model_utility"], ("retain", "real_authors", "world_facts"), ("retain", "real_authors", "world_facts"), ()),
+])
+def test_each_metric_pays_only_for_the_passes_it_declares(small, only, scored, generated, grads):
+    """Every distinct (question, answer) teacher-forced once per run, however many units read it; no generation
+    or backward pass unless a requested metric declares it."""
+    from lit_unlearn.metrics import TofuEvaluator
+
+    splits, tok, net = small
+    model = CountingLM(net)
+    membership = only is None or "membership" in only or "privleak" in only
+    report = TofuEvaluator(tok, splits, max_new_tokens=2).run(model, only=only)
+    assert model.scored_rows == _distinct_pairs(splits, scored, ("forget", "holdout") if membership else ())
+    assert model.generated == sum(len(splits[n]) for n in generated)
+    assert model.grad_rows == sum(len(splits[n]) for n in grads)
+    assert ("mia" in report.per_item) == membership
+    assert {n for n in report.per_item if n != "mia"} == set(scored)
+
+
+if __name__ == "__main__" and "--write" in sys.argv:
+    import subprocess
+    import tempfile
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        reports = evaluate_all(Path(tmp))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    GOLDEN.write_text(json.dumps({"written_by": f"tests/test_tofu_eval_units.py --write at commit {commit}",
+                                  "reports": reports}, indent=0))
+    print(f"wrote {GOLDEN}")
