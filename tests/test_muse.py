@@ -146,3 +146,34 @@ def test_muse_batches_train_and_the_callback_logs(muse, tmp_path):
     end = cb.last_report.summary
     assert end["forget/em"] is not None and end["verbmem_f"] is not None
     assert start["privleak/auc"] != end["privleak/auc"] or start["forget/em"] != end["forget/em"]
+
+
+def test_sequences_past_max_length_keep_their_last_tokens_and_are_counted(muse):
+    """Every cut is counted per part (by brute force here), warned about and said in the table; what is scored is
+    the last max_length tokens: privleak's Min-40% of a cut text equals that of its tail scored whole."""
+    folder, tok, net = muse
+    source = MuseSource(str(folder))
+    bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
+    enc = lambda text: bos + tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    texts = source.texts("privleak", "forget") + source.texts("privleak", "holdout")
+    cut = sorted(len(enc(t)) for t in texts)[len(texts) // 2]  # about half the privleak texts are longer
+    with pytest.warns(UserWarning, match="TRUNCATED"):
+        report = MuseEvaluator(tok, source, verbmem_max_new_tokens=4, knowmem_max_new_tokens=2,
+                               retrain_auc=0.5, max_length=cut).run(net)
+    assert report.truncated["privleak"] == [sum(len(enc(t)) > cut for t in texts), len(texts)]
+    assert 0 < report.truncated["privleak"][0] < len(texts)
+    prompts = [enc(r["prompt"]) + tok(r["gt"], add_special_tokens=False)["input_ids"][:4]
+               for r in source.load("verbmem", "forget")]
+    assert report.truncated["verbmem"] == [sum(len(p) > cut for p in prompts), len(prompts)]
+    assert "last max_length tokens were kept" in report.table()
+    # what was scored is each text's last `cut` tokens: privleak's AUC from Min-40% of those tails, brute force
+    def min40_of_tail(text):
+        ids = enc(text)[-cut:]
+        with torch.no_grad():
+            logp = torch.log_softmax(net(torch.tensor([ids]))[0].double(), -1)
+        lp = [logp[i, t].item() for i, t in enumerate(ids[1:])]
+        return -np.mean(np.sort(lp)[:int(len(lp) * 0.4)])
+    f = [min40_of_tail(t) for t in source.texts("privleak", "forget")]
+    h = [min40_of_tail(t) for t in source.texts("privleak", "holdout")]
+    fpr, tpr, _ = roc_curve(np.array([0] * len(f) + [1] * len(h)), -np.array(f + h))
+    assert report.summary["privleak/auc"] == pytest.approx(area(fpr, tpr), abs=1e-9)

@@ -54,6 +54,7 @@ class MuseEvaluator:
         self.batch_size, self.min_k, self.max_length = batch_size, min_k, max_length
         self.reference = _load_reference(reference)
         self.retrain_auc = retrain_auc
+        self._truncated: dict[str, list[int]] = {}  # part -> [sequences cut, sequences] (this process's)
         if tokenizer.pad_token_id is None:
             raise UserError("the tokenizer has no pad token: set tokenizer.pad_token (e.g. to the eos token)")
 
@@ -63,6 +64,15 @@ class MuseEvaluator:
         tok = self.tokenizer
         ids = tok(text, add_special_tokens=False)["input_ids"]
         return ([tok.bos_token_id] if tok.bos_token_id is not None else []) + ids
+
+    def _last(self, ids: list[int], part: str) -> list[int]:
+        """The last max_length tokens of a sequence (the prompt's end, the question, is what must stay), counted."""
+        counts = self._truncated.setdefault(part, [0, 0])
+        counts[1] += 1
+        if len(ids) > self.max_length:
+            counts[0] += 1
+            return ids[-self.max_length:]
+        return ids
 
     def _generate(self, network: nn.Module, prompts: list[list[int]], max_new_tokens: int, device) -> list[str]:
         tok = self.tokenizer
@@ -104,6 +114,7 @@ class MuseEvaluator:
         summary: dict[str, float | None] = {}
         per_item: dict[str, dict[str, list[float]]] = {}
         notes: list[str] = []
+        self._truncated = {}
         with eval_mode(network):  # every submodule gets its own mode back
             self._verbmem(network, device, rank, world, summary, per_item)
             for name, qa, icl in (("knowmem_f", "forget_qa", "forget_qa_icl"),
@@ -116,7 +127,21 @@ class MuseEvaluator:
             self._privleak(network, device, rank, world, summary, per_item, notes)
         ordered = {k: summary.get(k) for k in HEADLINE}
         ordered.update({k: v for k, v in summary.items() if k not in ordered})
-        return TofuReport(ordered, per_item, notes, "muse")
+        truncated = {part: self._gathered(c) for part, c in self._truncated.items()}
+        report = TofuReport(ordered, per_item, notes, "muse", truncated=truncated, max_length=self.max_length,
+                            truncation_kept="last")
+        if any(c for c, _ in truncated.values()):
+            warnings.warn(report.truncation_note(), stacklevel=2)
+        return report
+
+    @staticmethod
+    def _gathered(counts: list[int]) -> list[int]:
+        """[cut, sequences] summed over processes."""
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            t = torch.tensor(counts, dtype=torch.long)
+            torch.distributed.all_reduce(t)
+            return t.tolist()
+        return list(counts)
 
     def _verbmem(self, network, device, rank, world, summary, per_item) -> None:
         rows = self.source.load("verbmem", "forget")[rank::world]
@@ -132,7 +157,7 @@ class MuseEvaluator:
         seqs = []
         for p, r in zip(prompts, rows):
             cont = tok(r["gt"], add_special_tokens=False)["input_ids"][:self.verbmem_tokens]
-            seqs.append(((p + cont)[-self.max_length:], len(cont)))
+            seqs.append((self._last(p + cont, "verbmem"), min(len(cont), self.max_length - 1)))
         stats = self._token_logprobs(network, seqs, device)
         es, em = ItemMean(), ItemMean()
         es.update(torch.tensor([tofu_math.extraction_strength(c) for _, c in stats], dtype=torch.float64))
@@ -145,7 +170,7 @@ class MuseEvaluator:
         rows = self.source.load("knowmem", qa)[rank::world]
         shots = self.source.load("knowmem", icl) if self.source.has("knowmem", icl) else []
         head = "".join(f"Question: {s['question']}\nAnswer: {s['answer']}\n\n" for s in shots)
-        prompts = [self._ids(head + f"Question: {r['question']}\nAnswer: ")[-self.max_length:] for r in rows]
+        prompts = [self._last(self._ids(head + f"Question: {r['question']}\nAnswer: "), name) for r in rows]
         answers = [muse_math.cut_at_stop(o) for o in self._generate(network, prompts, self.knowmem_tokens, device)]
         rouge = ItemMean()
         rouge.update(torch.tensor(muse_math.rouge_l_f1(answers, [r["answer"] for r in rows]),
@@ -159,7 +184,7 @@ class MuseEvaluator:
             texts = self.source.texts("privleak", split)[rank::world]
             seqs = []
             for t in texts:
-                ids = self._ids(t)[:self.max_length]
+                ids = self._last(self._ids(t), "privleak")
                 seqs.append((ids, len(ids) - 1))
             scores = [tofu_math.min_k_score(lp, self.min_k, "floor") for lp, _ in
                       self._token_logprobs(network, seqs, device)]

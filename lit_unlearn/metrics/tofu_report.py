@@ -26,6 +26,7 @@ class TofuReport:
     max_length: int | None = None
     generation: dict | None = None  # {"max_new_tokens": n, "coverage": {split: share of answers ≤ n tokens}}
     evaluated_by: str | None = None  # a digest of the evaluation code (cached reports are redone when it changes)
+    truncation_kept: str = "first"  # which tokens of a cut sequence were kept: "first" (TOFU) or "last" (MUSE)
 
     def value(self, key: str) -> float | None:
         """A summary metric, or `verification/NAME` from the verification measures."""
@@ -70,9 +71,10 @@ class TofuReport:
         cut = {k: v for k, v in self.truncated.items() if v[0]}
         if not cut:
             return f"no sequence longer than max_length={self.max_length}"
+        lost = ("the answers' tails were not scored" if self.truncation_kept == "first" else
+                "the last max_length tokens were kept: the prompts' and texts' beginnings were dropped")
         return (f"TRUNCATED at max_length={self.max_length}: " +
-                ", ".join(f"{k} {c} of {n} sequences" for k, (c, n) in cut.items()) +
-                " (raise max_length; the answers' tails were not scored)")
+                ", ".join(f"{k} {c} of {n} sequences" for k, (c, n) in cut.items()) + f" (raise max_length; {lost})")
 
     def save(self, path: str | Path) -> Path:
         from lit_unlearn.files import atomic_write_text
@@ -81,7 +83,8 @@ class TofuReport:
         atomic_write_text(path, json.dumps({
             "summary": self.summary, "mia_convention": self.mia_convention, "verification": self.verification,
             "max_length": self.max_length, "truncated": self.truncated, "generation": self.generation,
-            "evaluated_by": self.evaluated_by, "per_item": self.per_item, "notes": self.notes}, indent=1))
+            "evaluated_by": self.evaluated_by, "truncation_kept": self.truncation_kept, "per_item": self.per_item,
+            "notes": self.notes}, indent=1))
         return path
 
 
