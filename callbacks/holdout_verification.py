@@ -44,7 +44,7 @@ class HoldoutVerification(Callback):
                  attacks: list[str] | None = None, n_boot: int = 2000, split_seed: int = 0,
                  items_per_author: int = ITEMS_PER_AUTHOR, template: str | None = None, max_length: int | None = None,
                  max_new_tokens: int | None = None, batch_size: int = 32, mia_convention: str = "lit-unlearn",
-                 gold_standard: str | None = None) -> None:
+                 gold_standard: str | None = None, holdout_every_n_steps: int = 1) -> None:
         """
         Args:
             source: a TofuSource (default: the datamodule's); its eval splits must include `holdout`.
@@ -60,6 +60,8 @@ class HoldoutVerification(Callback):
                 items (TOFU's layout).
             gold_standard: a retain-only model's saved report ("world": the one beside the data folder), shown
                 beside the verdict as a gold standard; never read by a decision.
+            holdout_every_n_steps: how often the holdout NLL a forget ceiling reads (forget_ceiling='holdout') is
+                measured afresh, on the steering half's holdout items, when no look of a stopping rule is as recent.
         """
         super().__init__()
         from lit_unlearn.verification.holdout_equivalence import ATTACKS
@@ -71,6 +73,8 @@ class HoldoutVerification(Callback):
         for name, value in (("delta", delta), ("delta_author", delta_author)):
             if value is not None and not 0 < value <= 0.5:
                 raise UserError(f"HoldoutVerification: {name} must be in (0, 0.5], got {value}")
+        if holdout_every_n_steps < 1:
+            raise UserError(f"HoldoutVerification: holdout_every_n_steps must be ≥ 1, got {holdout_every_n_steps}")
         if not 0 < alpha < 0.5 or n_boot < 100 or items_per_author < 2:
             raise UserError(f"HoldoutVerification: need 0 < alpha < 0.5, n_boot ≥ 100 and items_per_author ≥ 2 "
                             f"(got {alpha}, {n_boot}, {items_per_author})")
@@ -78,6 +82,7 @@ class HoldoutVerification(Callback):
         self.n_boot, self.split_seed, self.items_per_author = n_boot, split_seed, items_per_author
         self.template, self.max_length, self.max_new_tokens = template, max_length, max_new_tokens
         self.batch_size, self.mia_convention, self.gold_standard = batch_size, mia_convention, gold_standard
+        self.holdout_every_n_steps = holdout_every_n_steps
         self.halves: dict[str, Any] | None = None     # {"forget": Halves, "holdout": Halves}
         self._groups: dict[str, list] = {}
         self._splits: dict[str, dict[str, list[dict]]] = {}
@@ -86,6 +91,8 @@ class HoldoutVerification(Callback):
         self.level: str | None = None
         # What the run saw, kept in checkpoints: looks at the steering half, the target's utility, the last verdict.
         self.looks = 0
+        self.holdout_level: dict | None = None  # the last measurement for a ceiling (between looks)
+        self.holdout_measurements = 0
         self.utility_looks = 0
         self.start_utility: float | None = None
         self.last: dict[str, Any] | None = None       # the last steering look: verdict dict, holdout NLL
@@ -201,15 +208,44 @@ class HoldoutVerification(Callback):
         extra = self.last["holdout_entropy"] if getattr(pl_module, "forget_entropy", False) else 0.0
         return self.last["holdout_nll"] + extra
 
-    def holdout_loss(self) -> float | None:
+    def holdout_loss(self, trainer=None, pl_module=None) -> float | None:
         """The mean holdout NLL alone, for methods that bound their forget objective by it
-        (forget_ceiling='holdout')."""
-        return None if self.last is None else self.last["holdout_nll"]
+        (forget_ceiling='holdout'). Given the trainer and module, it is measured afresh when no look or measurement
+        is younger than `holdout_every_n_steps` steps, so a ceiling never waits for a stopping rule's look."""
+        level = self._holdout_level(trainer, pl_module)
+        return None if level is None else level["holdout_nll"]
 
-    def holdout_entropy(self) -> float | None:
-        """The model's mean predictive entropy over the answer tokens of the steering half's holdout items, at the
-        last look: how uncertain it is about unseen items (HAMU's forget_entropy aims there)."""
-        return None if self.last is None else self.last.get("holdout_entropy")
+    def holdout_entropy(self, trainer=None, pl_module=None) -> float | None:
+        """The model's mean predictive entropy over the answer tokens of the steering half's holdout items (as
+        fresh as holdout_loss): how uncertain it is about unseen items (HAMU's forget_entropy aims there)."""
+        level = self._holdout_level(trainer, pl_module)
+        return None if level is None else level.get("holdout_entropy")
+
+    def _holdout_level(self, trainer, pl_module) -> dict | None:
+        """The freshest holdout NLL and entropy of a look or a measurement; measured (holdout items only: no forget
+        item, no attack, no verdict) when the freshest is holdout_every_n_steps steps old or older."""
+        fresh = max((x for x in (self.last, self.holdout_level) if x is not None), key=lambda x: x["step"],
+                    default=None)
+        if trainer is None or pl_module is None:
+            return fresh
+        step = trainer.global_step
+        if fresh is not None and step - fresh["step"] < self.holdout_every_n_steps:
+            return fresh
+        rows = self._splits["steering"]["holdout"]
+        scoring = self._evaluator(trainer, "steering").scoring
+        network = pl_module.network
+        was_training = network.training
+        network.eval()
+        try:
+            scoring.new_run()
+            stats = scoring.stats(network, [(r["question"], r["answer"]) for r in rows], pl_module.device)
+        finally:
+            scoring.new_run()  # these weights are about to change
+            network.train(was_training)
+        self.holdout_measurements += 1
+        self.holdout_level = {"step": step, "holdout_nll": sum(st.nll for st in stats) / len(stats),
+                              "holdout_entropy": sum(-float(st.mu.double().mean()) for st in stats) / len(stats)}
+        return self.holdout_level
 
     def wants_more_forgetting(self) -> bool | None:
         return None if self.last is None else self.last["wants_more_forgetting"]
@@ -290,12 +326,15 @@ class HoldoutVerification(Callback):
 
     def state_dict(self) -> dict[str, Any]:
         return {"looks": self.looks, "utility_looks": self.utility_looks, "start_utility": self.start_utility,
-                "last": self.last, "before": self.before}
+                "last": self.last, "before": self.before, "holdout_level": self.holdout_level,
+                "holdout_measurements": self.holdout_measurements}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.looks, self.utility_looks = state_dict["looks"], state_dict["utility_looks"]
         self.start_utility, self.last, self.before = state_dict["start_utility"], state_dict["last"], \
             state_dict["before"]
+        self.holdout_level = state_dict.get("holdout_level")
+        self.holdout_measurements = state_dict.get("holdout_measurements", 0)
 
 
 def holdout_table(result: dict) -> str:

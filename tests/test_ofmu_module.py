@@ -18,8 +18,11 @@ def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
-def reference_round(net, retain, forget, inner_steps, inner_lr, beta, outer_lr, rho):
-    """OFMU's round written from the formulas, in float64 on one flat parameter vector."""
+def reference_round(net, retain, forget, inner_steps, inner_lr, beta, outer_lr, rho, ceiling=None,
+                    inner_clip=None, outer_clip=None, outer_clip_norm=None):
+    """OFMU's round written from the formulas, in float64 on one flat parameter vector. With a ceiling c the inner
+    objective is Φ_c = min(L_f, c) − β·cos (its branch read at each point; the outer HVP keeps the branch of θ_T);
+    inner_clip scales ∇Φ to that norm; outer_clip "joint" scales g_r + 2ρ·H∇Φ as one vector, "separate" each term."""
     net = copy.deepcopy(net).double()
     theta, unflat = flat_view(net)
     (xr, yr), (xf, yf) = (retain[0].double(), retain[1]), (forget[0].double(), forget[1])
@@ -27,20 +30,30 @@ def reference_round(net, retain, forget, inner_steps, inner_lr, beta, outer_lr, 
     def loss(t, x, y):
         return F.cross_entropy(functional_call(net, unflat(t), (x,)), y)
 
-    def phi(t):
+    def phi(t, capped=False):
         gf = torch.autograd.grad(loss(t, xf, yf), t, create_graph=True)[0]
         gr = torch.autograd.grad(loss(t, xr, yr), t, create_graph=True)[0]
-        return loss(t, xf, yf) - beta * torch.dot(gf, gr) / (gf.norm() * gr.norm())
+        decorrelation = -beta * torch.dot(gf, gr) / (gf.norm() * gr.norm())
+        return decorrelation if capped else loss(t, xf, yf) + decorrelation
+
+    def capped_at(t):
+        return ceiling is not None and float(loss(t, xf, yf)) >= ceiling
+
+    def clipped(v, max_norm):
+        return v if max_norm is None else v * min(1.0, max_norm / float(v.norm()))
 
     for _ in range(inner_steps):
         t = theta.clone().requires_grad_(True)
-        theta = theta + inner_lr * torch.autograd.grad(phi(t), t)[0]
+        theta = theta + inner_lr * clipped(torch.autograd.grad(phi(t, capped_at(theta)), t)[0], inner_clip)
+    capped = capped_at(theta)
     t = theta.clone().requires_grad_(True)
-    v = torch.autograd.grad(phi(t), t)[0]
-    hv = torch.autograd.functional.hvp(phi, theta, v)[1]
+    v = torch.autograd.grad(phi(t, capped), t)[0]
+    hv = torch.autograd.functional.hvp(lambda x: phi(x, capped), theta, v)[1]
     t = theta.clone().requires_grad_(True)
     g_r = torch.autograd.grad(loss(t, xr, yr), t)[0]
-    return theta - outer_lr * (g_r + 2 * rho * hv)
+    if outer_clip == "separate":
+        return theta - outer_lr * (clipped(g_r, outer_clip_norm) + clipped(2 * rho * hv, outer_clip_norm))
+    return theta - outer_lr * clipped(g_r + 2 * rho * hv, outer_clip_norm)
 
 
 @pytest.mark.parametrize("beta, rho, hvp", [
@@ -63,6 +76,36 @@ def test_one_round_matches_the_formulas(beta, rho, hvp):
     # float32 finite differences of finite differences carry ~eps/h² of roundoff: about 1% here (exact in
     # float64, see test_ofmu_math.py).
     assert (got - expected).norm() <= (2e-2 if hvp == "finite_difference" else 1e-4) * moved
+
+
+@pytest.mark.parametrize("options", [
+    {"outer_clip": "joint"},
+    {"outer_clip": "separate"},
+    {"outer_clip": "joint", "ceiling": "start"},      # capped from the first inner step: decorrelation only
+    {"outer_clip": "separate", "ceiling": "between"},  # the branch changes during the inner steps
+], ids=str)
+def test_named_options_match_their_formulas(options):
+    """The options beside the paper's form (docs/ofmu.md): separate outer clips and the forget ceiling Φ_c, each
+    against the float64 reimplementation, with every clip active (norm 0.05 is below every direction here)."""
+    net, dm = tiny_mlp(), digits_dm()
+    retain, forget = first_pair(dm)
+    with torch.no_grad():
+        start_loss = float(F.cross_entropy(net(forget[0]), forget[1]))
+    ceiling = {None: None, "start": start_loss - 1.0, "between": start_loss + 1e-3}[options.get("ceiling")]
+    kw = dict(inner_steps=3, inner_lr=0.5, beta=0.3, outer_lr=0.05, rho=0.5)
+    clips = dict(inner_clip=0.05, outer_clip=options["outer_clip"], outer_clip_norm=0.05)
+    module = OFMUModule(net, hvp="autograd", inner_clip_norm=0.05, outer_clip_norm=0.05,
+                        outer_clip=options["outer_clip"], forget_ceiling=ceiling, **kw)
+    start = copy.deepcopy(net)
+    quick_trainer(1, limit_val_batches=0).fit(module, dm)
+    expected = reference_round(start, retain, forget, ceiling=ceiling, **clips, **kw)
+    got = torch.cat([p.detach().reshape(-1) for p in module.network.parameters()]).double()
+    theta0 = torch.cat([p.detach().reshape(-1) for p in start.parameters()]).double()
+    assert (got - expected).norm() <= 1e-4 * (expected - theta0).norm()
+    # The option changes the round: the paper's form (joint clip, no ceiling) lands elsewhere.
+    paper = reference_round(start, retain, forget, inner_clip=0.05, outer_clip="joint", outer_clip_norm=0.05, **kw)
+    if options != {"outer_clip": "joint"}:
+        assert (paper - expected).norm() > 1e-2 * (expected - theta0).norm()
 
 
 def test_beta_zero_inner_loop_is_plain_forget_ascent():

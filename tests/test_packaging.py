@@ -48,8 +48,10 @@ def test_a_wheel_installed_elsewhere_has_the_callbacks_configs_and_data_and_runs
     proc = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=300,
                           env={**__import__("os").environ, "PYTHONPATH": str(site)})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    out = proc.stdout.split()
-    assert out[0].startswith(str(site)) and out[1].startswith(str(site)) and out[3] == "40"
+    out = proc.stdout.splitlines()
+    from lit_unlearn.verification.holdout_calibration import calibrated_delta
+    assert out[0].startswith(str(site)) and out[1].startswith(str(site)) and out[3] == "40", out
+    assert out[2] == str(calibrated_delta("01")), out  # the packaged δ is the repository's
     cli = subprocess.run([sys.executable, "-m", "lit_unlearn", "configs", "--kind", "bench"], cwd=elsewhere,
                          capture_output=True, text=True, timeout=300,
                          env={**__import__("os").environ, "PYTHONPATH": str(site)})

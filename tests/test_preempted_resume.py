@@ -17,8 +17,12 @@ pytestmark = pytest.mark.slow
 def _signal_the_first_run_under(monkeypatch, folder, step):
     """From now on, the first run launched under `folder` (other than a target's training) receives SIGUSR1 inside
     the backward pass of `step`."""
-    import lit_unlearn.experiments.unlearning_run as experiment_runs
+    import importlib
+
     import lit_unlearn.launch.runs as runs
+
+    # by module path: the package re-exports a function of the same name as this module
+    experiment_runs = importlib.import_module("lit_unlearn.experiments.unlearning_run")
 
     real, fired = runs.prepare_launch, []
 

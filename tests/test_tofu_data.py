@@ -247,10 +247,10 @@ def test_forget_entropy_adds_each_items_capped_entropy(tofu):
     c, c_h = float(nll.sort().values[1:3].mean()), float(ent.sort().values[1:3].mean())
 
     class Holdout:
-        def holdout_loss(self):
+        def holdout_loss(self, *_):
             return c
 
-        def holdout_entropy(self):
+        def holdout_entropy(self, *_):
             return c_h
 
     module._holdout_source = Holdout()
@@ -258,3 +258,58 @@ def test_forget_entropy_adds_each_items_capped_entropy(tofu):
     assert module.forget_loss(forget).item() == pytest.approx(expected.item(), rel=1e-5)
     with pytest.raises(Exception, match="forget_entropy needs forget_ceiling='holdout'"):
         HAMUModule(net, forget_entropy=True)
+
+
+@pytest.mark.parametrize("method", ["OFMU", "HAMU"])
+def test_a_holdout_ceiling_is_measured_from_the_first_step_without_a_stopping_rule(tofu, method, tmp_path,
+                                                                                   monkeypatch):
+    """forget_ceiling='holdout' with HoldoutVerification but no StopAtTarget (so no look ever happens): the ceiling
+    is the model's mean NLL on the steering half's holdout items, measured at every step, the first included, and
+    equal to a direct computation on the weights of that step."""
+    import torch.nn.functional as F
+
+    from lit_unlearn.batches import logits_and_labels
+    from lit_unlearn.callbacks import HoldoutVerification
+    from lit_unlearn.modules import OFMUModule
+
+    folder, _, tok = tofu
+    monkeypatch.chdir(tmp_path)  # the verification writes its report beside the run
+    torch.manual_seed(0)
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)))
+    start = copy.deepcopy(net)
+    if method == "OFMU":
+        module = OFMUModule(net, inner_steps=1, inner_lr=1e-3, outer_lr=1e-3, forget_ceiling="holdout")
+    else:
+        module = HAMUModule(net, forget_ceiling="holdout")
+    seen = []
+    if method == "OFMU":
+        real_step = module.unlearning_step
+
+        def recording_step(retain, forget):
+            out = real_step(retain, forget)
+            seen.append(module._ceiling)  # the ceiling this round used
+            return out
+
+        module.unlearning_step = recording_step
+    else:
+        real_ceiling = module.ceiling
+
+        def recording_ceiling():
+            out = real_ceiling()
+            if len(seen) <= module.trainer.global_step:  # the first read of each step
+                seen.append(out[0])
+            return out
+
+        module.ceiling = recording_ceiling
+    verification = HoldoutVerification(items_per_author=4, n_boot=200)
+    dm = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=8, forget_batch_size=4)
+    quick_trainer(2, callbacks=[verification], limit_val_batches=0).fit(module, dm)
+    assert verification.looks == 0 and verification.holdout_measurements == 2 and len(seen) == 2
+    rows = verification._splits["steering"]["holdout"]
+    with torch.no_grad():
+        logits, labels = logits_and_labels(start.eval(), pad_collate(tok.pad_token_id)(
+            [dm.formatter.encode(r["question"], r["answer"]) for r in rows]))
+        per_item = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=IGNORE_INDEX, reduction="none")
+        direct = ((per_item.sum(-1) / (labels != IGNORE_INDEX).sum(-1)).double().mean()).item()
+    assert seen[0] == pytest.approx(direct, rel=1e-5)  # step 0's ceiling: the initial weights' holdout NLL
+    assert seen[1] != seen[0]  # measured again on the moved weights

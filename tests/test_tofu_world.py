@@ -97,9 +97,11 @@ def world_reports(tofu_world):
     splits = TofuSource(str(tofu_world.data), "01").eval_splits()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        base = TofuEvaluator(tok, splits, max_new_tokens=16, gradnorm=False).run(
+        # The reference report was generated with the world's ROUGE budget: utilities compare only at the same one.
+        budget = tofu_world.recipe.eval_max_new_tokens
+        base = TofuEvaluator(tok, splits, max_new_tokens=budget, gradnorm=False).run(
             CausalLM(name_or_path=str(tofu_world.base)))
-        target = TofuEvaluator(tok, splits, max_new_tokens=16, gradnorm=False, reference=str(tofu_world.reference("01")),
+        target = TofuEvaluator(tok, splits, max_new_tokens=budget, gradnorm=False, reference=str(tofu_world.reference("01")),
                                baseline=base.summary).run(CausalLM(name_or_path=str(tofu_world.target)))
     return target, json.loads(tofu_world.reference("01").read_text()), base
 
@@ -120,6 +122,7 @@ def test_retain_only_model_cannot_tell_forget_from_holdout_authors_while_the_tar
 def test_world_target_is_far_from_the_reference_with_the_same_utility(world_reports):
     """(a) and (c): the target's forget quality ≤ 1e-3 against the retain-only model, utility within 0.05."""
     target, reference, _ = world_reports
+    assert target.generation["max_new_tokens"] == reference["generation"]["max_new_tokens"]  # comparable ROUGE
     assert target.summary["forget_quality"] <= 1e-3
     assert abs(target.summary["model_utility"] - reference["summary"]["model_utility"]) <= 0.05
 
@@ -204,19 +207,21 @@ def _ofmu_rounds(world, rounds, outer_clip, forget_ceiling):
 
 
 @pytest.mark.slow
-def test_ofmu_options_keep_the_retain_set_where_the_papers_form_collapses(tofu_world):
+def test_ofmu_options_lose_less_of_the_retain_fit_than_the_papers_form(tofu_world):
     """12 rounds of a deliberately aggressive schedule (inner step 0.1, ρ rising 0.5 per round to 6): with both
     named options (separate outer clips, the inner ascent bounded at the target's mean holdout NLL: data a user
-    has) OFMU forgets and keeps most of the retain fit; the paper's form (joint clip, unbounded Φ) collapses under
-    the same schedule. docs/ofmu.md, "Why it collapsed", has the measured numbers."""
+    has) OFMU forgets and keeps more of the retain fit than the paper's form (joint clip, unbounded Φ) under the
+    same schedule. On the current world neither collapses here (docs/ofmu.md has the measured losses); an earlier
+    world's stronger claim, that the paper's form triples the retain loss, no longer holds and is not asserted."""
     from lit_unlearn.models import CausalLM
 
     holdout = _holdout_nll(tofu_world, CausalLM(name_or_path=str(tofu_world.target)))
     before, fixed = _ofmu_rounds(tofu_world, 12, "separate", holdout)
-    _, old = _ofmu_rounds(tofu_world, 12, "joint", None)
+    _, paper = _ofmu_rounds(tofu_world, 12, "joint", None)
+    print(f"OFMU aggressive schedule: before {before}, both options {fixed}, paper's form {paper}")  # docs/ofmu.md
     assert fixed["forget"] > before["forget"] + 1.0  # it forgets
     assert fixed["retain"] < 2.0 * before["retain"]  # and keeps most of the retain fit
-    assert old["retain"] > 3.0 * before["retain"] and old["retain"] > 2.0 * fixed["retain"]  # the old form collapses
+    assert fixed["retain"] < paper["retain"]  # more of it than the paper's form
 
 
 def test_a_world_is_reused_for_the_same_recipe_and_rebuilt_for_a_changed_one(tmp_path, monkeypatch):

@@ -224,10 +224,10 @@ class HAMUModule(UnlearningModule):
     def ceiling(self) -> tuple[float, float | None] | None:
         """This step's forget ceilings (NLL, entropy or None); None: the paper's form."""
         if self._holdout_source is not None:
-            nll = self._holdout_source.holdout_loss()
+            nll = self._holdout_source.holdout_loss(self._trainer, self)
             if nll is None:
                 return None
-            return nll, self._holdout_source.holdout_entropy() if self.forget_entropy else None
+            return nll, self._holdout_source.holdout_entropy(self._trainer, self) if self.forget_entropy else None
         return None if self.forget_ceiling in (None, "holdout") else (float(self.forget_ceiling), None)
 
     def _capped_terms(self, batch, cap) -> tuple[Tensor, Tensor]:

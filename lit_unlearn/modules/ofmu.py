@@ -4,8 +4,8 @@ Round k on a fixed (retain, forget) batch pair:
   inner: T steps of gradient ascent θ ← θ + η_in·∇Φ(θ),  Φ = L_f − β·cos(∇L_f, ∇L_r);
   outer: θ ← θ − η_out·(∇L_r + 2ρ_k·∇²Φ·∇Φ) at the inner result.
 
-The paper's form is the default. Two changes to it are named options, off by default (docs/ofmu.md, "Why it
-collapsed on TOFU", measures what each changes):
+The paper's form is the default. Two changes to it are named options, off by default
+(docs/ofmu.md, "The paper's form, and two named options", measures what each changes):
 - `outer_clip="separate"` clips the outer direction's two terms separately instead of their sum ("joint", the
   paper's single clip): clipping the sum lets the penalty term, whose norm grows with ρ_k and the Hessian, crowd the
   retain descent out of a fixed-size step;
@@ -139,7 +139,7 @@ class OFMUModule(UnlearningModule):
     def _current_ceiling(self) -> float | None:
         """The ceiling of this round: fixed, or the holdout NLL at the verification's last look."""
         if self._holdout_source is not None:
-            value = self._holdout_source.holdout_loss()
+            value = self._holdout_source.holdout_loss(self._trainer, self)
             self._ceiling = None if value is None else float(value)
         return self._ceiling
 
