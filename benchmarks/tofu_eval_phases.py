@@ -8,9 +8,12 @@ generation, ROUGE, the gradient-norm pass, the per-split and membership maths; a
 `tofu-eval` process (measured in a fresh interpreter).
 
 Levers, each against its alternative in alternating rounds, with the largest difference in what it produces:
-- scoring batches: a token budget (batch_size × max_length padded tokens, the default) against batch_size rows;
+- scoring batches: batch_size rows of length-sorted pairs (the default) against a token budget (batch_size ×
+  max_length padded tokens per batch);
 - generation attention: sdpa (the default for an eager model) against eager; the greedy answers must be equal;
-- scoring attention: sdpa against eager (not the default: per-item NLLs move by more than 1e-6).
+- scoring attention: sdpa against eager (not the default: per-item NLLs move by more than 1e-6);
+- gradnorm: per-sample gradients through torch.func (vmap of grad over length-sorted chunks of 4 padded items)
+  against the evaluator's loop of one backward pass per item (the default).
 """
 
 from __future__ import annotations
@@ -99,10 +102,10 @@ def main() -> None:
     questions = [r["question"] for name, rows in splits.items() if name != "holdout" for r in rows]
     config = network.model.config
 
-    def score(rows_only: bool, attention: str):
+    def score(budget: bool, attention: str):
         ev = TofuEvaluator(tok, splits, **settings)
-        if rows_only:  # batch_size rows, whatever their length
-            ev.scoring._batches = lambda todo: [todo[i:i + 32] for i in range(0, len(todo), 32)]
+        if budget:  # as many rows as fit batch_size × max_length padded tokens
+            ev.scoring.batch_tokens = ev.scoring.batch_size * ev.formatter.max_length
         for p in pairs:
             ev.scoring.encode(p)
         config._attn_implementation = attention
@@ -117,10 +120,22 @@ def main() -> None:
         answers = ev.answers.answers(network, questions, "cpu")
         return time.perf_counter() - t, answers
 
+    mia_pairs = [(r["question"], r["answer"]) for name in ("forget", "holdout") for r in splits[name]]
+
+    def gradnorm(vectorised: bool):
+        ev = TofuEvaluator(tok, splits, **settings)
+        for p in mia_pairs:
+            ev.scoring.encode(p)
+        t = time.perf_counter()
+        out = (_gradnorm_vmap(network, ev.scoring, mia_pairs) if vectorised else
+               tofu_eval.gradient_norms(network, ev.scoring, mia_pairs, "cpu").tolist())
+        return time.perf_counter() - t, out
+
     levers = [("scoring batches", lambda: score(True, "eager"), lambda: score(False, "eager"),
-               "32 rows", "token budget"),
+               "token budget", "32 rows"),
               ("generation attention", lambda: generate(None), lambda: generate("sdpa"), "eager", "sdpa"),
-              ("scoring attention", lambda: score(False, "eager"), lambda: score(False, "sdpa"), "eager", "sdpa")]
+              ("scoring attention", lambda: score(False, "eager"), lambda: score(False, "sdpa"), "eager", "sdpa"),
+              ("gradnorm", lambda: gradnorm(False), lambda: gradnorm(True), "per-item loop", "torch.func vmap")]
     print(f"\nLevers ({len(pairs)} scored sequences, {len(questions)} generated answers), median of "
           f"{args.rounds} alternating rounds")
     print("| lever | before | after | after / before | largest difference |\n|---|---|---|---|---|")
@@ -134,10 +149,41 @@ def main() -> None:
         if name.startswith("generation"):
             diff = f"{sum(x != y for x, y in zip(outs['a'], outs['b']))} of {len(questions)} answers differ"
         else:
-            diff = f"{max(abs(x - y) for x, y in zip(outs['a'], outs['b'])):.1e} (per-item NLL)"
+            what = "per-item gradient norm" if name == "gradnorm" else "per-item NLL"
+            diff = f"{max(abs(x - y) for x, y in zip(outs['a'], outs['b'])):.1e} ({what})"
         mb, ma = statistics.median(tb), statistics.median(ta)
         print(f"| {name} | {label_b}: {mb:.2f} s | {label_a}: {ma:.2f} s | {ma / mb:.2f} | {diff} |")
     print(f"\n({time.perf_counter() - started:.0f} s in all)")
+
+
+def _gradnorm_vmap(network, scoring, pairs, chunk: int = 4) -> list[float]:
+    """The gradnorm attack's scores (mean over parameter tensors of ‖∇ mean answer NLL‖₂) from per-sample
+    gradients: torch.func.vmap of grad over padded, length-sorted chunks."""
+    import torch
+    from torch.func import functional_call, grad, vmap
+
+    from lit_unlearn.algorithms.losses import IGNORE_INDEX
+
+    params = {n: q.detach() for n, q in network.named_parameters()}
+
+    def loss_one(p, ids, mask, labels):
+        logits = functional_call(network, p, (ids[None],), {"attention_mask": mask[None]})[0, :-1]
+        target = labels[1:]
+        valid = (target != IGNORE_INDEX).to(torch.float32)
+        lp = torch.log_softmax(logits.float(), -1).gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        return -(lp * valid).sum() / valid.sum()
+
+    per_sample = vmap(grad(loss_one), in_dims=(None, 0, 0, 0))
+    order = sorted(range(len(pairs)), key=lambda i: len(scoring.encode(pairs[i])["input_ids"]))
+    out = [0.0] * len(pairs)
+    for c in range(0, len(order), chunk):
+        idx = order[c:c + chunk]
+        b = scoring.batch([pairs[i] for i in idx], "cpu")
+        g = per_sample(params, b["input_ids"], b["attention_mask"], b["labels"])
+        norms = torch.stack([v.flatten(1).float().norm(dim=1) for v in g.values()], 1).mean(1)
+        for i, n in zip(idx, norms.tolist()):
+            out[i] = n
+    return out
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -165,6 +166,7 @@ def main() -> None:
                 ours_summary = json.loads(save.read_text())["summary"]
             else:
                 task = f"lit_unlearn_bench_{r}"
+                shutil.rmtree(checkout / "saves" / "eval" / task, ignore_errors=True)  # its log appends otherwise
                 proc = subprocess.run(open_unlearning_command(args.level, world, task) + overrides, cwd=checkout,
                                       env=env, capture_output=True, text=True)
                 if proc.returncode:
