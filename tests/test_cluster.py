@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from helpers import assert_same_update
+from helpers import assert_same_update, cli_here
 from lit_unlearn.checkpoint_io import AtomicCheckpointIO, checkpoint_is_loadable
 
 pytestmark = pytest.mark.slow
@@ -137,7 +137,7 @@ def test_runs_in_one_root_never_resume_each_other(target, tmp_path, subprocess_e
                  env, check=False)
     assert killed.returncode == 138
     # Another configuration: `last` refuses (naming the other run and the difference), `auto` starts anew.
-    refused = cli([*b, "--ckpt_path", "last"], tmp_path, subprocess_env_module, check=False)
+    refused = cli_here([*b, "--ckpt_path", "last"], tmp_path)  # what it says is the point: in this process
     assert refused.returncode == 2 and "version_0" in refused.stderr and "eta: 0.05 → 0.1" in refused.stderr
     # Under another SLURM job, B does not pick up A's pre-emption checkpoint.
     fresh = cli(b, tmp_path, slurm_env(subprocess_env_module, tmp_path, job="2"))
@@ -146,10 +146,10 @@ def test_runs_in_one_root_never_resume_each_other(target, tmp_path, subprocess_e
     assert list((tmp_path / "runs/digits/hamu/version_0").glob("hpc_ckpt_*.ckpt"))  # A's is still A's
     # A checkpoint of run A given explicitly to run B is refused too.
     ckpt = next((tmp_path / "runs/digits/hamu/version_0/checkpoints").glob("hamu-*.ckpt"))
-    wrong = cli([*b, "--ckpt_path", str(ckpt)], tmp_path, subprocess_env_module, check=False)
+    wrong = cli_here([*b, "--ckpt_path", str(ckpt)], tmp_path)
     assert wrong.returncode == 2 and "belongs to run" in wrong.stderr
     # Nothing to resume for B now (it finished): `last` is an error, `auto` starts version_2.
-    assert cli([*b, "--ckpt_path", "last"], tmp_path, subprocess_env_module, check=False).returncode == 2
+    assert cli_here([*b, "--ckpt_path", "last"], tmp_path).returncode == 2
     cli([*b, "--ckpt_path", "auto", "--trainer.max_steps=2"], tmp_path, subprocess_env_module)
     assert (tmp_path / "runs/digits/hamu/version_2").is_dir()
 
