@@ -93,6 +93,7 @@ def reports(tmp_path_factory):
     return evaluate_all(tmp_path_factory.mktemp("units"))
 
 
+@pytest.mark.slow  # its fixture fits two models and evaluates them four times on the real splits (~40 s)
 def test_the_units_give_the_evaluators_numbers_before_the_split(reports):
     golden = json.loads(GOLDEN.read_text())["reports"]
     assert set(golden) == set(reports)
