@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from lit_unlearn.commands import Command, all_commands
-from lit_unlearn.errors import RunFailed, UserError, user_error_message
+from lit_unlearn.errors import RunFailed, UserError, did_you_mean, user_error_message
 
 __all__ = ["main", "top_help", "command_help", "parse_function_arguments"]
 
@@ -182,9 +182,7 @@ def _main(argv: list[str] | None = None) -> None:
         silence_library_noise()
     try:
         if name not in commands:
-            close = difflib.get_close_matches(name, list(commands), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise UserError(f"unknown command {name!r}{hint}; `lit-unlearn --help` lists them")
+            raise UserError(f"unknown command {name!r}{did_you_mean(name, commands)}; `lit-unlearn --help` lists them")
         run_command(commands[name], rest)
         if "torch.distributed" in sys.modules:
             from lit_unlearn.distributed.shutdown import release_process_group

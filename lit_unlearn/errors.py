@@ -11,7 +11,7 @@ message, and `user_error_message` finds it again inside whatever wrapped it.
 
 from __future__ import annotations
 
-__all__ = ["UserError", "MissingFileError", "RunFailed", "user_error_message"]
+__all__ = ["UserError", "MissingFileError", "RunFailed", "user_error_message", "did_you_mean"]
 
 _RAISED: list[str] = []  # messages of the UserErrors created in this process (most recent last)
 
@@ -23,6 +23,14 @@ class UserError(ValueError):
         super().__init__(message)
         _RAISED.append(str(message))
         del _RAISED[:-20]
+
+
+def did_you_mean(name: str, known) -> str:
+    """" (did you mean 'x'?)" for the closest of `known` to a misspelt `name`, or "" when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class MissingFileError(UserError, FileNotFoundError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.errors import UserError, did_you_mean
 
 __all__ = ["AuditSpec", "load_audit_spec"]
 
@@ -49,8 +49,6 @@ def load_audit_spec(path: str | Path | None) -> AuditSpec:
     """The audit config (YAML mapping of AuditSpec fields); None: the defaults. Unknown keys are one-line errors."""
     if path is None:
         return AuditSpec()
-    import difflib
-
     import yaml
 
     path = Path(path)
@@ -62,7 +60,5 @@ def load_audit_spec(path: str | Path | None) -> AuditSpec:
     known = [f.name for f in fields(AuditSpec)]
     for key in data:
         if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            raise UserError(f"{path}: unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "") +
-                            f"; known: {', '.join(known)}")
+            raise UserError(f"{path}: unknown key {key!r}{did_you_mean(key, known)}; known: {', '.join(known)}")
     return AuditSpec(**data)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import csv
-import difflib
 import json
 import math
 import time
@@ -28,7 +27,7 @@ import numpy as np
 import scipy.stats
 import yaml
 
-from lit_unlearn.errors import MissingFileError, UserError
+from lit_unlearn.errors import MissingFileError, UserError, did_you_mean
 from lit_unlearn.experiments.unlearning_run import RunResult, describe_callback, train_target, unlearning_run
 from lit_unlearn.specs import fingerprint
 from lit_unlearn.console import fmt
@@ -65,10 +64,9 @@ def _check_keys(values: dict, section: str, path: Path) -> None:
     allowed = SCHEMA[section]
     for key in values:
         if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
             where = f"{section}.{key}" if section else str(key)
-            raise UserError(f"{path}: unknown key {where!r}{hint}; allowed here: {', '.join(allowed)}")
+            raise UserError(f"{path}: unknown key {where!r}{did_you_mean(key, allowed)}; allowed here: "
+                            f"{', '.join(allowed)}")
 
 
 def load_config(path: str | Path) -> dict[str, Any]:

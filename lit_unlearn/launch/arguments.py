@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.errors import UserError, did_you_mean
 from lit_unlearn.launch.presets import config_chain
 
 __all__ = ["Option", "PRESET", "TARGET", "options_of", "split_options", "spelled_for_jsonargparse",
@@ -201,7 +201,6 @@ def check_class_arguments(args: Sequence[str]) -> None:
     """`--model.init_args.NAME` and `--data.init_args.NAME` must name an argument of the class the configs (and the
     arguments) configure: a misspelt one is a one-line error with the closest name and the valid ones, instead of
     the config parser's "does not validate against any of the Union subtypes"."""
-    import difflib
     import importlib
     import re
 
@@ -237,7 +236,6 @@ def check_class_arguments(args: Sequence[str]) -> None:
             continue
         names = [n for n in params if n != "self"]
         if name not in names:
-            close = difflib.get_close_matches(name, names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise UserError(f"--{key}.init_args.{name}: {cls_name} has no argument {name!r}{hint}; its arguments: "
+            raise UserError(f"--{key}.init_args.{name}: {cls_name} has no argument {name!r}"
+                            f"{did_you_mean(name, names)}; its arguments: "
                             + ", ".join(names))

@@ -22,14 +22,13 @@ parts' distances):
 
 from __future__ import annotations
 
-import difflib
 import math
 import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.errors import UserError, did_you_mean
 
 __all__ = ["METRICS", "ForgetTarget", "MetricInfo", "parse_targets"]
 
@@ -84,9 +83,8 @@ _BAND = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s+within\s+([0-9.eE+-]+)\s*(%?)\s+of
 
 
 def _unknown(name: str) -> UserError:
-    close = difflib.get_close_matches(name, METRICS, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return UserError(f"unknown target metric {name!r}{hint}; known: {', '.join(sorted(METRICS))}")
+    return UserError(f"unknown target metric {name!r}{did_you_mean(name, METRICS)}; known: "
+                     f"{', '.join(sorted(METRICS))}")
 
 
 @dataclass(frozen=True)
