@@ -95,3 +95,30 @@ def cli_here(args, cwd):
     finally:
         os.chdir(before)
     return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+def gradient_ascent_on_forget(world, lr: float, steps: int, level: str = "01"):
+    """The TOFU world's target after `steps` full-batch steps of plain gradient ascent (Adam, `lr`) on the answers of
+    its forget split: a shallowly or (at a high lr) over-forgotten model, written out without any trainer."""
+    import torch
+
+    from lit_unlearn.batches import logits_and_labels
+    from lit_unlearn.data import TofuSource
+    from lit_unlearn.data.qa_format import QAFormatter, pad_collate
+    from lit_unlearn.data.tokenizer import load_tokenizer
+    from lit_unlearn.models import CausalLM
+
+    torch.manual_seed(0)
+    net = CausalLM(name_or_path=str(world.target))
+    tok = load_tokenizer(str(world.tokenizer))
+    fmt, collate = QAFormatter(tok), pad_collate(tok.pad_token_id)
+    forget = TofuSource(str(world.data), level).load_split(f"forget{level}")
+    batch = collate([fmt.encode(r["question"], r["answer"]) for r in forget])
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    for _ in range(steps):
+        logits, labels = logits_and_labels(net, batch)
+        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100)
+        opt.zero_grad()
+        (-loss).backward()
+        opt.step()
+    return net

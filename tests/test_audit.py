@@ -3,18 +3,16 @@ than it teaches a retain-only model about that author, the target stays recognis
 the part it measures, and the paraphrase probe asks TOFU's own paraphrased questions."""
 
 import pytest
-import torch
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def audited(tofu_world, tmp_path_factory):
+    from helpers import gradient_ascent_on_forget
     from lit_unlearn.audit import AuditSpec, run_audit
     from lit_unlearn.audit import run as audit_run
-    from lit_unlearn.batches import logits_and_labels
     from lit_unlearn.data import TofuSource
-    from lit_unlearn.data.tofu import QAFormatter, pad_collate
     from lit_unlearn.data.tokenizer import load_tokenizer
     from lit_unlearn.models import CausalLM
 
@@ -22,17 +20,7 @@ def audited(tofu_world, tmp_path_factory):
     source = TofuSource(str(tofu_world.data), "01")
     # shallow unlearning: ten gradient-ascent steps (Adam, lr 3e-4): the forget answers' NLL goes past unseen
     # authors' for one author, not for the other, and nothing spreads the change
-    torch.manual_seed(0)
-    shallow = CausalLM(name_or_path=str(tofu_world.target))
-    fmt, collate = QAFormatter(tok), pad_collate(tok.pad_token_id)
-    batch = collate([fmt.encode(r["question"], r["answer"]) for r in source.load_split("forget01")])
-    opt = torch.optim.Adam(shallow.parameters(), lr=3e-4)
-    for _ in range(10):
-        logits, labels = logits_and_labels(shallow, batch)
-        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100)
-        opt.zero_grad()
-        (-loss).backward()
-        opt.step()
+    shallow = gradient_ascent_on_forget(tofu_world, lr=3e-4, steps=10)
     measured, relearned = [], []
     real_measure, real_relearn = audit_run._measure, audit_run._relearned
 

@@ -46,10 +46,7 @@ def test_target_and_collapsed_model_fail_while_the_retain_only_model_passes(tofu
     """On the steering half of the shared world (seed 0). Its reporting half has the retain-only model's worst
     author within 0.01 of δ_author, so whether it passes there depends on the last digits of a training run on
     this machine; over test worlds the retain-only pass rate is in docs/generated/holdout_calibration.md."""
-    from lit_unlearn.batches import logits_and_labels
-    from lit_unlearn.data import TofuSource
-    from lit_unlearn.data.tofu import QAFormatter, pad_collate
-    from lit_unlearn.data.tokenizer import load_tokenizer
+    from helpers import gradient_ascent_on_forget
     from lit_unlearn.models import CausalLM
 
     retain_only = _verdict(json.loads(tofu_world.reference("01").read_text())["per_item"]["mia"])
@@ -61,19 +58,7 @@ def test_target_and_collapsed_model_fail_while_the_retain_only_model_passes(tofu
 
     # GA at a high learning rate: the forget answers' NLL far above unseen authors'. Over-forgetting is as
     # recognisable as remembering.
-    torch.manual_seed(0)
-    net = CausalLM(name_or_path=str(tofu_world.target))
-    tok = load_tokenizer(str(tofu_world.tokenizer))
-    fmt, collate = QAFormatter(tok), pad_collate(tok.pad_token_id)
-    forget = TofuSource(str(tofu_world.data), "01").load_split("forget01")
-    batch = collate([fmt.encode(r["question"], r["answer"]) for r in forget])
-    opt = torch.optim.Adam(net.parameters(), lr=3e-3)
-    for _ in range(15):
-        logits, labels = logits_and_labels(net, batch)
-        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100)
-        opt.zero_grad()
-        (-loss).backward()
-        opt.step()
+    net = gradient_ascent_on_forget(tofu_world, lr=3e-3, steps=15)
     collapsed = _verdict(_scores(tofu_world, net.eval()))
     assert not collapsed.passed and not collapsed.wants_more_forgetting()
     loss = collapsed.pooled.intervals["loss"]
