@@ -28,6 +28,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lit_unlearn.console import say
 from lit_unlearn.errors import UserError
+from lit_unlearn.eval_mode import eval_mode
 
 __all__ = ["HoldoutVerification", "UTILITY_METRICS", "BAND"]
 
@@ -233,15 +234,13 @@ class HoldoutVerification(Callback):
             return fresh
         rows = self._splits["steering"]["holdout"]
         scoring = self._evaluator(trainer, "steering").scoring
-        network = pl_module.network
-        was_training = network.training
-        network.eval()
+        scoring.new_run()  # as TofuEvaluator.run: scores of other weights are never reused
         try:
-            scoring.new_run()
-            stats = scoring.stats(network, [(r["question"], r["answer"]) for r in rows], pl_module.device)
+            with eval_mode(pl_module.network):
+                stats = scoring.stats(pl_module.network, [(r["question"], r["answer"]) for r in rows],
+                                      pl_module.device)
         finally:
             scoring.new_run()  # these weights are about to change
-            network.train(was_training)
         self.holdout_measurements += 1
         self.holdout_level = {"step": step, "holdout_nll": sum(st.nll for st in stats) / len(stats),
                               "holdout_entropy": sum(-float(st.mu.double().mean()) for st in stats) / len(stats)}

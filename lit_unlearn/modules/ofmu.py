@@ -137,7 +137,8 @@ class OFMUModule(UnlearningModule):
                                 "forget_ceiling as a number")
 
     def _current_ceiling(self) -> float | None:
-        """The ceiling of this round: fixed, or the holdout NLL at the verification's last look."""
+        """The ceiling of this round: fixed, or the model's holdout NLL as the verification has it now (its last
+        look, or measured for this round)."""
         if self._holdout_source is not None:
             value = self._holdout_source.holdout_loss(self._trainer, self)
             self._ceiling = None if value is None else float(value)
