@@ -177,14 +177,22 @@ def evaluator_throughput(network, tokenizer, folder: Path, s: dict) -> dict:
 
 
 def computed_memory(n_params: int, cfg: dict, s: dict) -> dict:
-    """benchmarks/llama2_7b_memory.py's accounting for one GPU at this run's batch and sequence length."""
+    """benchmarks/llama2_7b_memory.py's accounting for one GPU at this run's batch and sequence length (ZeRO-3 in
+    one process: its `rank_memory` terms; the plain runs: weights and the two gradients, plus HAMU's copy)."""
+    from llama2_7b_memory import Setting, rank_memory
+
     b, seq, h = s["batch"], s["seq"], cfg["hidden_size"]
     act = cfg["layers"] * 2 * b * seq * h + 34 * b * seq * h + 5 * b * cfg["heads"] * seq * seq
     logits = 4 * b * seq * cfg["vocab_size"]
+    arch = {"vocab_size": cfg["vocab_size"], "hidden_size": h, "intermediate_size": cfg["intermediate_size"],
+            "num_hidden_layers": cfg["layers"], "num_attention_heads": cfg["heads"],
+            "num_key_value_heads": cfg["kv_heads"]}
+    zero3 = rank_memory(Setting(arch, 3, 1, "hamu", weight_bytes=2 if s["dtype"] == "bfloat16" else 4,
+                                micro_batch=b, seq=seq, baseline=0.0))
     return {"parameters": n_params, "activations_gb": act / GB, "logits_gb": logits / GB,
             "plain_graddiff_gb": (2 * n_params * 2 + act + logits) / GB,  # bf16 weights + g_r + g_f
             "plain_hamu_gb": (2 * n_params * 2 + 2 * n_params + act + logits) / GB,
-            "zero3_one_gpu_hamu_gb": (2 * n_params + 4 * n_params + 2 * n_params + 4 * n_params + act + logits) / GB}
+            "zero3_one_gpu_hamu_gb": zero3["peak"] / GB}
 
 
 def main() -> int:

@@ -1,15 +1,34 @@
-"""Per-GPU memory of HAMU and OFMU on Llama-2-7B under DeepSpeed ZeRO-2 / ZeRO-3, computed (no GPU needed).
+"""Per-rank memory of the unlearning methods on Llama-2 models under DeepSpeed ZeRO-2 / ZeRO-3: a model with one
+named term per buffer, for any depth, precision and device (no GPU needed to compute it).
 
-Counts the parameters exactly (the Llama-2-7B architecture built on the meta device) and applies ZeRO's
-accounting for bf16 weights, an fp32 master copy (the optimizer is plain SGD without momentum: no other
-state) and gradients, plus what each method adds on this rank's slices:
-- HAMU: an fp32 copy of g_r (the update is combined in place in g_f's);
-- OFMU (hvp="finite_difference"), at its peak inside the outer HVP: ∇Φ and g_r at θ, the HVP's unit vector and
-  its +h result, and inside the nested ∇Φ evaluation g_f, g_r, a, b (or its HVP result), a unit vector and the
-  ±h gradients: 11 fp32 slices; plus bf16 copies of the weight slices at the round's start and at the shift
-  (one fp32-equivalent): 12 fp32 slices in all.
-Activations are estimated for gradient checkpointing (one layer input kept per layer, one layer's full
-activations live).
+`rank_memory` is checked against measured peaks at Llama-2-7B's real width on CPU (benchmarks/llama2_7b_width_cpu.py,
+fp32, 2 processes, 1 layer); the GPU table this script prints is computed from the same terms in bf16.
+
+The terms (elements n of the network, d ranks, w bytes per weight: 2 bf16, 4 fp32; DeepSpeed's defaults
+reduce_bucket_size 5e8, stage3_max_live_parameters 1e9, each in elements):
+- model states. ZeRO-3: w·n/d weight partitions; an fp32 master copy 4n/d (a separate copy in fp32 runs too: the
+  storages of DeepSpeed 0.19.8's fp16_ and fp32_partitioned_groups_flat differ; the first version of this model
+  assumed they alias, and measured 1.12× at 7B width); a w·n/d gradient partition buffer (DeepSpeed accumulates in the model dtype unless
+  grad_accum_dtype says otherwise). ZeRO-2: the full weights w·n; the fp32 master partition 4n/d (a clone, in fp32
+  too); the fp32 gradient partition 4n/d. Optimizer state: 8n/d for AdamW, none for
+  plain SGD (HAMU's and OFMU's configs, and GradDiff here).
+- the method's own slices: HAMU one copy of its g_r slices, in the gradient partition's dtype, and so does GradDiff
+  (the same two backward passes: g_r is kept while g_f is computed; HAMU adds only float64 statistics over chunks
+  of 4M elements); OFMU 12 fp32 slices at its peak inside the outer HVP
+  (∇Φ, g_r and the HVP's vectors, and in the nested ∇Φ evaluation g_f, g_r, a, b, a unit vector and the ±h
+  gradients) plus copies of the weight slices at the round's start and at the shift (2·w·n/d); NPO and RMU a frozen
+  reference: w·n/d under ZeRO-3 (sharded with the engine), w·n under ZeRO-2 (replicated).
+- the gradient reduction, at the end of each backward: the reduce bucket w·min(bucket, n) holding the gradients.
+  ZeRO-3 reduce-scatters it as one coalesced call over a second flat copy, and on CPU gloo's reduce-scatter needs
+  working buffers of 1.5× its input (measured in a side experiment with torch 2.13's gloo backend; 0 on GPUs, where
+  NCCL works in place). ZeRO-2 reduces to each destination rank in turn over a flat copy of that rank's slices,
+  w·min(bucket, n)/d (gloo's reduce is in place, measured the same way).
+- ZeRO-3's gathered weights, during forward and backward: w·min(max_live, n) (parameters stay gathered while they
+  will be used again soon, up to stage3_max_live_parameters), plus the largest gradient before it enters the bucket.
+- activations with gradient checkpointing (one layer input kept per layer, one layer's working set live:
+  ≈ 34·b·s·h·w/2 + 5·b·heads·s²·w/2 bytes, Korthikanti et al. 2022), fp32 logits and their gradient.
+The peak is the model states and the bucket plus the larger of the two phases' own buffers (gathered weights, the
+largest gradient and activations while computing; the reduction's copies), over a process baseline (the interpreter and the imported libraries: measured on CPU, about 1 GB on GPUs with CUDA).
 
     python benchmarks/llama2_7b_memory.py [--gpus 8] [--micro-batch 4] [--seq 512]
 """
@@ -17,20 +36,84 @@ activations live).
 from __future__ import annotations
 
 import argparse
-
-import torch
+from dataclasses import dataclass
 
 GB = 1024**3
+LLAMA2_7B = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "num_key_value_heads": 32}
+DEEPSPEED_DEFAULTS = {"reduce_bucket_size": 5e8, "stage3_max_live_parameters": 1e9}
+OPTIMIZER_STATE_BYTES = {"sgd": 0, "adamw": 8}
+METHOD_OPTIMIZER = {"hamu": "sgd", "ofmu": "sgd", "graddiff": "sgd", "npo": "adamw", "rmu": "adamw"}
+GLOO_REDUCE_SCATTER_FACTOR = 1.5  # extra bytes per input byte, measured (CPU only)
 
 
-def llama2_7b_params() -> int:
-    from transformers import LlamaConfig, LlamaForCausalLM
+def llama_parameters(cfg: dict) -> dict[str, int]:
+    """Element counts of a Llama model (untied head, no biases), by part."""
+    v, h, f, layers = cfg["vocab_size"], cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    kv = h * cfg.get("num_key_value_heads", cfg["num_attention_heads"]) // cfg["num_attention_heads"]
+    layer = 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h
+    return {"embedding": v * h, "head": v * h, "layers": layers * layer, "norm": h,
+            "total": 2 * v * h + layers * layer + h, "largest": max(v * h, h * f)}
 
-    cfg = LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                      num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096)
-    with torch.device("meta"):
-        model = LlamaForCausalLM(cfg)
-    return sum(p.numel() for p in model.parameters()), cfg
+
+@dataclass
+class Setting:
+    cfg: dict
+    stage: int                    # 2 or 3
+    ranks: int
+    method: str                   # hamu, ofmu, graddiff, npo, rmu
+    weight_bytes: int = 2         # 2: bf16 (GPUs), 4: fp32 (CPU)
+    micro_batch: int = 4          # sequences per rank per side (one side's activations live at a time)
+    seq: int = 512
+    baseline: float = 1.0 * GB    # the process before the model is built
+    gloo: bool = False            # CPU collectives (gloo): reduce-scatter working buffers
+    optimizer: str | None = None  # "sgd" or "adamw" (default: the method's packaged config's)
+    weight_decay: bool = False    # torch SGD with weight decay builds grad + λ·w: one more gradient slice in its step
+    trainable: int | None = None  # elements the optimizer updates (default all; RMU freezes the layers after ℓ)
+    reduce_bucket_size: float = DEEPSPEED_DEFAULTS["reduce_bucket_size"]
+    max_live_parameters: float = DEEPSPEED_DEFAULTS["stage3_max_live_parameters"]
+
+
+def rank_memory(s: Setting) -> dict[str, float]:
+    """Bytes per rank, term by term, and the peak (see the module docstring)."""
+    p = llama_parameters(s.cfg)
+    n, d, w = p["total"], s.ranks, s.weight_bytes
+    h, v, layers = s.cfg["hidden_size"], s.cfg["vocab_size"], s.cfg["num_hidden_layers"]
+    k = n if s.trainable is None else s.trainable  # what has gradients, a master copy and optimizer state
+    t: dict[str, float] = {"process baseline": s.baseline}
+    if s.stage == 3:
+        t["weights (partitions)"] = w * n / d
+    else:
+        t["weights (full)"] = w * n
+    grad = w if s.stage == 3 else 4  # ZeRO-3 reduces into the model dtype; ZeRO-2 keeps its partition in fp32
+    t["fp32 master"] = 4 * k / d  # a copy of the partitions, in fp32 too
+    t["gradient partition"] = grad * k / d
+    optimizer = s.optimizer or METHOD_OPTIMIZER[s.method]
+    t["optimizer state"] = OPTIMIZER_STATE_BYTES[optimizer] * k / d + (grad * k / d if s.weight_decay and
+                                                                      optimizer == "sgd" else 0.0)
+    own = {"hamu": grad * k / d, "ofmu": 12 * 4 * k / d + 2 * w * k / d, "graddiff": grad * k / d,
+           "npo": w * n / d if s.stage == 3 else w * n}
+    own["rmu"] = own["npo"]
+    t["the method's own"] = own[s.method]
+    bucket = w * min(s.reduce_bucket_size, k)
+    t["reduce bucket"] = bucket  # filled during backward, reduced when full and at the backward's end
+    if s.stage == 3:  # one coalesced reduce-scatter of the whole bucket, over a flat copy of it
+        reduction = {"reduce-scatter flat copy": bucket,
+                     "gloo reduce-scatter buffers": GLOO_REDUCE_SCATTER_FACTOR * bucket if s.gloo else 0.0}
+    else:  # one reduce per destination rank over a flat copy of that rank's slices (gloo's reduce is in place)
+        reduction = {"per-destination flat copy": bucket / d}
+    b, sq, heads = s.micro_batch, s.seq, s.cfg["num_attention_heads"]
+    activations = (layers * b * sq * h * w + 34 * b * sq * h * w / 2 + 5 * b * heads * sq * sq * w / 2
+                   + 2 * 4 * b * sq * v)
+    computing = {"activations and logits": activations, "largest gradient": w * p["largest"]}
+    if s.stage == 3:
+        computing["gathered weights"] = w * min(s.max_live_parameters, n)
+    states = sum(t.values())
+    t.update(reduction)
+    t.update(computing)
+    t["peak"] = states + max(sum(reduction.values()), sum(computing.values()))
+    t["peak phase"] = "reduction" if sum(reduction.values()) >= sum(computing.values()) else "computing"
+    return t
 
 
 def main() -> None:
@@ -40,36 +123,30 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--json", help="also write the computed table here (benchmarks/gpu_check.sh compares with it)")
     args = ap.parse_args()
-    n, cfg = llama2_7b_params()
-    d = args.gpus
-    weights_bf16, master_fp32, grads_bf16, hamu_fp32 = 2 * n, 4 * n, 2 * n, 4 * n  # bytes over all GPUs
-    # Activations with checkpointing: per layer the bf16 input (b·s·h), plus one layer's working set
-    # (≈ 34·b·s·h bytes + 5·b·heads·s² for attention scores in bf16, Korthikanti et al. 2022).
-    b, s, h = args.micro_batch, args.seq, cfg.hidden_size
-    act = cfg.num_hidden_layers * 2 * b * s * h + 34 * b * s * h + 5 * b * cfg.num_attention_heads * s * s
-    logits = 4 * b * s * cfg.vocab_size  # fp32 logits for the loss
-    ofmu_fp32 = 12 * 4 * n  # OFMU's peak working set of fp32 slices (module docstring)
-    rows = {
-        "HAMU ZeRO-2": (weights_bf16 + (master_fp32 + grads_bf16 + hamu_fp32) / d, hamu_fp32 / d),
-        "HAMU ZeRO-3": ((weights_bf16 + master_fp32 + grads_bf16 + hamu_fp32) / d, hamu_fp32 / d),
-        "OFMU ZeRO-2": (weights_bf16 + (master_fp32 + grads_bf16 + ofmu_fp32) / d, ofmu_fp32 / d),
-        "OFMU ZeRO-3": ((weights_bf16 + master_fp32 + grads_bf16 + ofmu_fp32) / d, ofmu_fp32 / d),
-    }
-    print(f"Llama-2-7B: {n:,} parameters; {d} GPUs; micro-batch {b} × {s} tokens per side")
-    print(f"  activations (checkpointed, one side at a time) ≈ {act / GB:.1f} GB, fp32 logits {logits / GB:.1f} GB")
+    n = llama_parameters(LLAMA2_7B)["total"]
+    print(f"Llama-2-7B: {n:,} parameters; {args.gpus} GPUs, bf16; micro-batch {args.micro_batch} × {args.seq} "
+          "tokens per side. Computed from benchmarks/llama2_7b_memory.py's terms, which are checked against "
+          "measured peaks at 7B width on CPU (docs/llm.md).")
     results = {}
-    for name, (states, own) in rows.items():
-        total = states + act + logits
-        results[name] = total / GB
-        print(f"  {name}: model states {states / GB:5.1f} GB/GPU (the method's own working set {own / GB:.1f}"
-              f" GB of it), with activations ≈ {total / GB:5.1f} GB/GPU of 80")
-    print(f"  KL / NPO / SCRUB also keep a frozen bf16 reference model: +{weights_bf16 / GB:.1f} GB/GPU (replicated)")
+    for method in ("hamu", "graddiff", "ofmu", "npo", "rmu"):
+        for stage in (2, 3):
+            trainable = None
+            if method == "rmu":  # the packaged config: layer 7, trainable ".*": the embedding and layers 0..7
+                parts = llama_parameters({**LLAMA2_7B, "num_hidden_layers": 8})
+                trainable = parts["embedding"] + parts["layers"]
+            m = rank_memory(Setting(LLAMA2_7B, stage, args.gpus, method, micro_batch=args.micro_batch, seq=args.seq,
+                                    trainable=trainable))
+            name = f"{method.upper() if method in ('hamu', 'ofmu', 'npo', 'rmu') else 'GradDiff'} ZeRO-{stage}"
+            results[name] = m["peak"] / GB
+            own = m["the method's own"] / GB
+            print(f"  {name:15s} {m['peak'] / GB:6.1f} GiB/GPU (the method's own {own:5.1f} GiB;"
+                  f" peak while {m['peak phase']})")
     if args.json:
         import json
         from pathlib import Path
 
-        Path(args.json).write_text(json.dumps({"gpus": d, "micro_batch": b, "seq": s, "parameters": n,
-                                               "computed_gb_per_gpu": results}, indent=1))
+        Path(args.json).write_text(json.dumps({"gpus": args.gpus, "micro_batch": args.micro_batch, "seq": args.seq,
+                                               "parameters": n, "computed_gb_per_gpu": results}, indent=1))
 
 
 if __name__ == "__main__":

@@ -163,3 +163,4 @@ def test_a_zero3_sharded_checkpoint_exports_to_a_hugging_face_folder_with_the_sa
     next(interrupted.glob("CHECKPOINT_COMPLETE*")).unlink()  # a save that never finished
     proc = cli_here(["export", str(interrupted), str(tmp_path / "no"), "--base", str(base)], tmp_path)
     assert proc.returncode == 2 and "without its completion marker" in proc.stderr and not (tmp_path / "no").exists()
+

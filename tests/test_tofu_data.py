@@ -313,3 +313,28 @@ def test_a_holdout_ceiling_is_measured_from_the_first_step_without_a_stopping_ru
         direct = ((per_item.sum(-1) / (labels != IGNORE_INDEX).sum(-1)).double().mean()).item()
     assert seen[0] == pytest.approx(direct, rel=1e-5)  # step 0's ceiling: the initial weights' holdout NLL
     assert seen[1] != seen[0]  # measured again on the moved weights
+
+
+def test_eval_items_caps_the_run_report_splits_and_leaves_training_alone(tofu):
+    """eval_items: the before/after table reads the first N items of each split; the training batches and the
+    unlearning sets are unchanged; a non-positive cap is one error."""
+    folder, _, tok = tofu
+    full = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=4, forget_batch_size=2)
+    capped = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=4, forget_batch_size=2,
+                            eval_items=3)
+    for dm in (full, capped):
+        dm.setup("fit")
+    for name in ("forget", "retain"):
+        loader = capped.eval_dataloaders()[name]
+        items = [row for batch in loader for row in batch["input_ids"]]
+        want = [full.eval_dataloaders()[name].dataset[i]["input_ids"] for i in range(3)]
+        assert len(items) == 3
+        for got, ref in zip(items, want):
+            assert torch.equal(got[: len(ref)], ref)
+    a, b = next(iter(full.train_dataloader())), next(iter(capped.train_dataloader()))
+    for x, y in zip(a, b):
+        assert torch.equal(x["input_ids"], y["input_ids"])
+    from lit_unlearn.errors import UserError
+
+    with pytest.raises(UserError, match="eval_items must be"):
+        TofuDataModule(TofuSource(str(folder / "data")), tok, eval_items=0)

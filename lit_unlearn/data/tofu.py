@@ -46,7 +46,8 @@ class TofuDataModule(PairedDataModule):
     def __init__(self, source: TofuSource | None = None, tokenizer: Any = None, template: str = "plain",
                  max_length: int = MAX_LENGTH, retain_batch_size: int = 32, forget_batch_size: int = 32,
                  eval_batch_size: int = 64, seed: int = 0, num_workers: int = 0,
-                 alternate_answers: str | None = None, input_format: str = "lit-unlearn") -> None:
+                 alternate_answers: str | None = None, input_format: str = "lit-unlearn",
+                 eval_items: int | None = None) -> None:
         """
         Args:
             source: TofuSource / WaterDrumSource (default: the hub's locuslab/TOFU, forget10).
@@ -54,8 +55,13 @@ class TofuDataModule(PairedDataModule):
             alternate_answers: "generated" (lit_unlearn.data.refusals) or a file of refusals, one per line (e.g.
                 TOFU's idontknow.jsonl): every forget item gets one, for IdkDPO.
             input_format: "lit-unlearn" or "open-unlearning" (how prompt and answer are tokenised; see above).
+            eval_items: the run's before/after loss table reads the first N items of each split instead of all
+                (retain90 is 3,600 items: two passes over it cost more than a short run at 7B on few devices).
         """
         super().__init__(retain_batch_size, forget_batch_size, eval_batch_size, seed, num_workers)
+        if eval_items is not None and eval_items < 1:
+            raise UserError(f"eval_items must be ≥ 1 (or null for every item), got {eval_items}")
+        self.eval_items = eval_items
         self.source = source or TofuSource()
         if tokenizer is None:
             raise UserError("TofuDataModule needs a tokenizer (an object, a hub name or a local folder)")
@@ -77,6 +83,10 @@ class TofuDataModule(PairedDataModule):
         forget = TokenizedQA(forget_rows, self.formatter, alternates=self.alternates, seed=self.seed)
         retain = TokenizedQA(retain_rows, self.formatter)
         evals: dict[str, Dataset] = {"forget": forget, "retain": retain}
+        if self.eval_items is not None:
+            from torch.utils.data import Subset
+
+            evals = {k: Subset(v, range(min(self.eval_items, len(v)))) for k, v in evals.items()}
         return retain, forget, evals
 
 

@@ -8,8 +8,10 @@ What it reads:
 The architecture and tokenizer come from the run's own record of its network (`network_spec`, in every unlearning
 checkpoint) or from `base` (a Hugging Face folder or hub name).
 
-Memory: full models are streamed tensor by tensor into safetensors shards of at most `max_shard_size` bytes, so the
-peak stays near one copy of the fp32 weights (the consolidated state). A LoRA merge builds the model once.
+Memory: full models are streamed tensor by tensor into safetensors shards of at most `max_shard_size` bytes (the
+files are written directly in the safetensors format, header first, from the tensors' shapes), so the peak is the
+consolidated source (the fp32 partitions of every rank: one copy of the weights, for a sharded checkpoint) plus one
+tensor. A LoRA merge builds the model once.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ def _is_deepspeed_folder(path: Path) -> bool:
 
 def checkpoint_tensors(path: str | Path) -> tuple[Iterator[tuple[str, Any]], dict]:
     """(name → tensor of the module's state, one at a time; the checkpoint's extra state such as network_spec)
-    of a Lightning checkpoint file or a DeepSpeed sharded folder. Truncated or foreign checkpoints are refused."""
+    of a Lightning checkpoint file or a DeepSpeed sharded folder. Truncated or foreign checkpoints are refused.
+    A DeepSpeed folder gives lazy tensors (shape and dtype known, `.contiguous()` gathers the rank fragments); a
+    Lightning file gives memory-mapped ones."""
     import torch
 
     from lit_unlearn.checkpoint_io import checkpoint_is_loadable
@@ -63,7 +67,7 @@ def checkpoint_tensors(path: str | Path) -> tuple[Iterator[tuple[str, Any]], dic
 
         lazy = get_fp32_state_dict_from_zero_checkpoint(str(path), lazy_mode=True)
         extra = _deepspeed_client_state(path)
-        return ((name, tensor.contiguous()) for name, tensor in lazy.items()), extra
+        return iter(lazy.items()), extra  # materialised one at a time by the writer (`.contiguous()`)
     blob = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     if not isinstance(blob, dict) or "state_dict" not in blob:
         raise UserError(f"{path} is not a Lightning checkpoint (no state_dict)")
@@ -141,38 +145,71 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, base: str | None 
     return replace_folder(tmp, out)
 
 
+SAFETENSORS_DTYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "float64": "F64", "int64": "I64",
+                      "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL"}
+
+
+def _nbytes(source) -> int:
+    import math
+
+    import torch
+
+    return math.prod(source.shape) * torch.empty((), dtype=source.dtype).element_size()
+
+
+def _write_safetensors(path: Path, entries: list[tuple[str, Any]]) -> None:
+    """A safetensors file written tensor by tensor: the header is made from the sources' shapes and dtypes, then
+    each source is materialised, written and released, so one tensor is in memory at a time."""
+    import torch
+
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, source in entries:
+        size = _nbytes(source)
+        header[name] = {"dtype": SAFETENSORS_DTYPES[str(source.dtype).removeprefix("torch.")],
+                        "shape": list(source.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    header["__metadata__"] = {"format": "pt"}
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # the format aligns the data to 8 bytes
+    with open(path, "wb") as f:
+        f.write(len(blob).to_bytes(8, "little"))
+        f.write(blob)
+        for _, source in entries:
+            tensor = source.contiguous().detach().to("cpu").reshape(-1)
+            f.write(tensor.view(torch.uint8).numpy().data)
+            del tensor
+
+
 def _write_shards(named, folder: Path, limit: int, tied: bool) -> int:
     """Stream (name, tensor) into model.safetensors, or model-0000k-of-0000n.safetensors with an index when the
-    total passes `limit`. Returns how many tensors were written."""
-    import torch
-    from safetensors.torch import save_file
-
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    sizes = [0]
-    total = count = 0
-    for name, tensor in named:
-        if tied and name == "lm_head.weight":
-            continue  # tied to the input embeddings: transformers rebuilds it
-        tensor = tensor.detach().to("cpu").contiguous()
-        nbytes = tensor.numel() * tensor.element_size()
-        if shards[-1] and sizes[-1] + nbytes > limit:
-            shards.append({})
-            sizes.append(0)
-        shards[-1][name] = tensor
-        sizes[-1] += nbytes
+    total passes `limit`. Shards are planned from the tensors' shapes and written tensor by tensor, so besides the
+    source one tensor is in memory at a time. Returns how many tensors were written."""
+    entries = [(name, source) for name, source in named if not (tied and name == "lm_head.weight")]
+    # (tied: transformers rebuilds lm_head.weight from the input embeddings)
+    shards: list[list[tuple[str, Any]]] = [[]]
+    size = total = 0
+    for name, source in entries:
+        nbytes = _nbytes(source)
+        if shards[-1] and size + nbytes > limit:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, source))
+        size += nbytes
         total += nbytes
-        count += 1
+    if not entries:
+        return 0
     if len(shards) == 1:
-        save_file(shards[0], str(folder / "model.safetensors"), metadata={"format": "pt"})
-        return count
+        _write_safetensors(folder / "model.safetensors", shards[0])
+        return len(entries)
     weight_map = {}
     for i, shard in enumerate(shards, start=1):
         file = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, str(folder / file), metadata={"format": "pt"})
-        weight_map.update({name: file for name in shard})
+        _write_safetensors(folder / file, shard)
+        weight_map.update({name: file for name, _ in shard})
     (folder / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
-    return count
+    return len(entries)
 
 
 def _export_lora(tensors, base: str, lora: dict, folder: Path, adapter: bool) -> None:
@@ -182,7 +219,7 @@ def _export_lora(tensors, base: str, lora: dict, folder: Path, adapter: bool) ->
     from lit_unlearn.models.causal_lm import CausalLM
 
     network = CausalLM(name_or_path=base, lora=lora)
-    state = {_network_name(name): t for name, t in tensors if _network_name(name) is not None}
+    state = {_network_name(name): t.contiguous() for name, t in tensors if _network_name(name) is not None}
     result = network.load_state_dict(state, strict=False)
     if result.missing_keys:
         raise UserError(f"the checkpoint does not match a LoRA model of {base}: missing {result.missing_keys[:3]}")
