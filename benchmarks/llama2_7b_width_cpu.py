@@ -194,82 +194,80 @@ def tensor_census(min_elements: int = 1 << 20) -> dict:
     return {"bytes": sum(seen.values()), "storages": len(seen), "shapes": shapes}
 
 
-class Meter:
-    """A callback: the build peak, step times, the training peak, the final partitions' hashes, the final logits
-    of one item, and checkpoint save times."""
+def meter(job: dict, out: Path, probe_ids):
+    """A callback that records the build peak, step times, the training peak, the final partitions' hashes, the final
+    logits of one item, and checkpoint save times (Lightning is imported only inside the ranks)."""
+    from lightning.pytorch.callbacks import Callback
 
-    def __new__(cls, job: dict, out: Path, probe_ids):
-        from lightning.pytorch.callbacks import Callback
+    class _Meter(Callback):
+        def __init__(self):
+            self.record = {"job": job["name"], "step_s": [], "save_s": []}
 
-        class _Meter(Callback):
-            def __init__(self):
-                self.record = {"job": job["name"], "step_s": [], "save_s": []}
+        def setup(self, trainer, pl_module, stage):
+            self.record["process_start_to_setup_s"] = time.time() - STARTED
+            strategy = trainer.strategy
+            save = strategy.save_checkpoint
+            record = self.record
 
-            def setup(self, trainer, pl_module, stage):
-                self.record["process_start_to_setup_s"] = time.time() - STARTED
-                strategy = trainer.strategy
-                save = strategy.save_checkpoint
-                record = self.record
+            def timed_save(*a, **k):
+                t = time.perf_counter()
+                save(*a, **k)
+                record["save_s"].append(time.perf_counter() - t)
 
-                def timed_save(*a, **k):
-                    t = time.perf_counter()
-                    save(*a, **k)
-                    record["save_s"].append(time.perf_counter() - t)
+            strategy.save_checkpoint = timed_save
 
-                strategy.save_checkpoint = timed_save
+        def on_train_start(self, trainer, pl_module):
+            import torch
 
-            def on_train_start(self, trainer, pl_module):
-                import torch
+            self.record["process_start_to_train_start_s"] = time.time() - STARTED
+            self.record["build_peak_kb"] = _status_kb("VmHWM")
+            self.record["rss_at_start_kb"] = _status_kb("VmRSS")
+            params = list(pl_module.parameters())
+            self.record["local_param_elements"] = sum(
+                p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in params)
+            self.record["network_elements"] = sum(getattr(p, "ds_numel", p.numel())
+                                                  for p in pl_module.network.parameters())
+            self.record["threads"] = torch.get_num_threads()
+            self.record["tensors_at_start"] = tensor_census()
+            _reset_peak()
+            self._stop = threading.Event()
+            threading.Thread(target=_watch_peak, args=(self.record, threading.get_ident(), self._stop),
+                             daemon=True).start()
 
-                self.record["process_start_to_train_start_s"] = time.time() - STARTED
-                self.record["build_peak_kb"] = _status_kb("VmHWM")
-                self.record["rss_at_start_kb"] = _status_kb("VmRSS")
-                params = list(pl_module.parameters())
-                self.record["local_param_elements"] = sum(
-                    p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in params)
-                self.record["network_elements"] = sum(getattr(p, "ds_numel", p.numel())
-                                                      for p in pl_module.network.parameters())
-                self.record["threads"] = torch.get_num_threads()
-                self.record["tensors_at_start"] = tensor_census()
-                _reset_peak()
-                self._stop = threading.Event()
-                threading.Thread(target=_watch_peak, args=(self.record, threading.get_ident(), self._stop),
-                                 daemon=True).start()
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self._t = time.perf_counter()
 
-            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-                self._t = time.perf_counter()
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.record["step_s"].append(time.perf_counter() - self._t)
 
-            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-                self.record["step_s"].append(time.perf_counter() - self._t)
+        def on_train_end(self, trainer, pl_module):
+            import torch
 
-            def on_train_end(self, trainer, pl_module):
-                import torch
+            self._stop.set()
+            self.record["train_peak_kb"] = _status_kb("VmHWM")
+            self.record["process_start_to_train_end_s"] = time.time() - STARTED
+            self.record["global_step"] = trainer.global_step
+            digest = hashlib.sha256()
+            for name, p in pl_module.network.named_parameters():
+                local = p.ds_tensor if hasattr(p, "ds_tensor") else p.data
+                digest.update(name.encode())
+                digest.update(local.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+            self.record["weights_sha256"] = digest.hexdigest()
+            finite = all(torch.isfinite(p.ds_tensor if hasattr(p, "ds_tensor") else p).all().item()
+                         for p in pl_module.network.parameters())
+            self.record["finite"] = bool(finite)
+            network = pl_module.network
+            was = network.training
+            network.eval()
+            with torch.no_grad():  # every rank runs the forward (ZeRO-3 gathers each layer's weights)
+                logits = network(probe_ids)
+            network.train(was)
+            if trainer.is_global_zero:
+                torch.save(logits.detach().clone(), out / "results" / f"{job['name']}_logits.pt")
+            rank = trainer.global_rank
+            (out / "results" / f"{job['name']}_rank{rank}.json").write_text(json.dumps(self.record, indent=1))
 
-                self._stop.set()
-                self.record["train_peak_kb"] = _status_kb("VmHWM")
-                self.record["process_start_to_train_end_s"] = time.time() - STARTED
-                self.record["global_step"] = trainer.global_step
-                digest = hashlib.sha256()
-                for name, p in pl_module.network.named_parameters():
-                    local = p.ds_tensor if hasattr(p, "ds_tensor") else p.data
-                    digest.update(name.encode())
-                    digest.update(local.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-                self.record["weights_sha256"] = digest.hexdigest()
-                finite = all(torch.isfinite(p.ds_tensor if hasattr(p, "ds_tensor") else p).all().item()
-                             for p in pl_module.network.parameters())
-                self.record["finite"] = bool(finite)
-                network = pl_module.network
-                was = network.training
-                network.eval()
-                with torch.no_grad():  # every rank runs the forward (ZeRO-3 gathers each layer's weights)
-                    logits = network(probe_ids)
-                network.train(was)
-                if trainer.is_global_zero:
-                    torch.save(logits.detach().clone(), out / "results" / f"{job['name']}_logits.pt")
-                rank = trainer.global_rank
-                (out / "results" / f"{job['name']}_rank{rank}.json").write_text(json.dumps(self.record, indent=1))
-
-        return _Meter()
+    return _Meter()
 
 
 def probe_item(assets: Path, tokenizer):
@@ -313,7 +311,7 @@ def worker(job: dict, args) -> None:
     record_baseline(out, job)
     launched = build_run(argv, preset=job["preset"])
     tokenizer = load_tokenizer(str(assets / "tokenizer"))
-    launched.trainer.callbacks.append(Meter(job, out, probe_item(assets, tokenizer)))
+    launched.trainer.callbacks.append(meter(job, out, probe_item(assets, tokenizer)))
     fit_run(launched)
     if launched.trainer.is_global_zero and job["checkpoint_every"]:
         folder = launched.run.checkpoints / f"step={job['steps']}.ckpt"
