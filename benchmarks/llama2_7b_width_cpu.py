@@ -70,7 +70,7 @@ def jobs(args) -> list[dict]:
         matrix = matrix[:1]
     out = []
     for method, preset, stage, model in matrix:
-        if args.methods and method not in args.methods:
+        if args.methods and method not in args.methods and f"{method}_zero{stage}" not in args.methods:
             continue
         checkpoint = method == "hamu" and stage == 3  # the sharded checkpoint, its resume and its export
         job = {"name": f"{method}_zero{stage}", "method": method, "preset": preset, "stage": stage, "model": model,
@@ -194,6 +194,25 @@ def tensor_census(min_elements: int = 1 << 20) -> dict:
     return {"bytes": sum(seen.values()), "storages": len(seen), "shapes": shapes}
 
 
+def census_inside(target: str, record: dict) -> None:
+    """Wrap `module:Class.method` so that each call records `tensor_census()` on entry and on return (the last
+    call's census is kept): what holds the memory where the sampled peak sits."""
+    import importlib
+
+    module, _, qual = target.partition(":")
+    cls_name, _, method = qual.partition(".")
+    cls = getattr(importlib.import_module(module), cls_name)
+    original = getattr(cls, method)
+
+    def wrapped(*a, **k):
+        record[f"census_enter_{method}"] = tensor_census()
+        out = original(*a, **k)
+        record[f"census_exit_{method}"] = tensor_census()
+        return out
+
+    setattr(cls, method, wrapped)
+
+
 def meter(job: dict, out: Path, probe_ids):
     """A callback that records the build peak, step times, the training peak, the final partitions' hashes, the final
     logits of one item, and checkpoint save times (Lightning is imported only inside the ranks)."""
@@ -205,6 +224,8 @@ def meter(job: dict, out: Path, probe_ids):
 
         def setup(self, trainer, pl_module, stage):
             self.record["process_start_to_setup_s"] = time.time() - STARTED
+            if os.environ.get("WIDTH_CENSUS_AT"):  # diagnosis: the large tensors alive inside a DeepSpeed method
+                census_inside(os.environ["WIDTH_CENSUS_AT"], self.record)
             strategy = trainer.strategy
             save = strategy.save_checkpoint
             record = self.record
@@ -564,7 +585,7 @@ def main() -> None:
     ap.add_argument("--ofmu-inner-steps", type=int, default=1, help="the packaged config's T is 5")
     ap.add_argument("--adamw", action="store_true", help="NPO and RMU with the configs' AdamW (~2 × 12 GiB)")
     ap.add_argument("--keep", action="store_true", help="keep finished runs of an earlier invocation in OUT")
-    ap.add_argument("--methods", nargs="*", help="a subset of hamu graddiff ofmu npo rmu")
+    ap.add_argument("--methods", nargs="*", help="a subset of hamu graddiff ofmu npo rmu, or runs such as hamu_zero2")
     ap.add_argument("--quick", action="store_true", help="HAMU under ZeRO-3 only, 2 steps, 8 evaluation items")
     ap.add_argument("--eval-items", type=int, default=64, help="0: no evaluator measurement")
     ap.add_argument("--max-new-tokens", type=int, default=32)
