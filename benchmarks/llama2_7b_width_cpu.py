@@ -1,5 +1,5 @@
 """Llama-2-7B's real width on CPU: the packaged tofu_llama2_7b_* configs under DeepSpeed ZeRO-2 and ZeRO-3 with 2
-CPU processes, the depth cut to 1-2 layers. Not part of the test suite (about 24 minutes on 2 cores at one layer,
+CPU processes, the depth cut to 1-2 layers. Not part of the test suite (about 27 minutes on 2 cores at one layer,
 most of it gloo moving the full model between the 2 processes over loopback; docs/llm.md).
 
     python benchmarks/llama2_7b_width_cpu.py [--layers 1] [--steps 3] [--out runs/width7b] [--write FILE]
@@ -14,7 +14,8 @@ One retain and one forget sequence per rank per step (the configs' batch sizes s
 Each run is `build_run(preset + overrides)` then `fit_run`, the path `lit-unlearn unlearn --preset ...` takes; the
 overrides are the width, CPU DeepSpeed (the packaged strategy's own ZeRO settings, stage as stated), fp32, the
 local data and no TOFU evaluation callback (measured on its own below). Measured, side by side, in one run:
-- per method and stage: seconds per step (median of the steps after the first) and peak RSS per rank, split into
+- per method and stage (OFMU in its packaged LoRA form under DDP; its full-parameter ZeRO-3 form with --ofmu):
+  seconds per step (median of the steps after the first) and peak RSS per rank, split into
   the peak while the engine is built and the peak during the steps (the kernel's high-water mark is reset
   between the two);
 - the memory model (benchmarks/llama2_7b_memory.py, `rank_memory`) against every measured training peak;
@@ -63,17 +64,21 @@ def jobs(args) -> list[dict]:
               # (--adamw runs them as packaged where memory allows); plain SGD keeps their frozen reference.
               ("npo", "tofu_llama2_7b_npo", 3, None if args.adamw else {"init_args": {"optimizer": "sgd"}}),
               ("rmu", "tofu_llama2_7b_rmu", 3, {"init_args": {"layer": args.layers - 1,
-                                                              **({} if args.adamw else {"optimizer": "sgd"})}})]
+                                                              **({} if args.adamw else {"optimizer": "sgd"})}}),
+              # OFMU as packaged with LoRA adapters under DDP (stage 0): its working set is the adapters'
+              ("ofmu", "tofu_llama2_7b_ofmu_lora", 0, {"init_args": {"inner_steps": args.ofmu_inner_steps}})]
     if args.ofmu:  # 12 fp32 slices of the parameters: ~20 GiB per rank at one layer (benchmarks/llama2_7b_memory.py)
         matrix.append(("ofmu", "tofu_llama2_7b_ofmu_zero3", 3, {"init_args": {"inner_steps": args.ofmu_inner_steps}}))
     if args.quick:
         matrix = matrix[:1]
     out = []
     for method, preset, stage, model in matrix:
-        if args.methods and method not in args.methods and f"{method}_zero{stage}" not in args.methods:
+        if args.methods and method not in args.methods and \
+                f"{method}_{'zero' + str(stage) if stage else 'ddp_lora'}" not in args.methods:
             continue
         checkpoint = method == "hamu" and stage == 3  # the sharded checkpoint, its resume and its export
-        job = {"name": f"{method}_zero{stage}", "method": method, "preset": preset, "stage": stage, "model": model,
+        where = f"zero{stage}" if stage else "ddp_lora"
+        job = {"name": f"{method}_{where}", "method": method, "preset": preset, "stage": stage, "model": model,
                "steps": args.steps if checkpoint else args.baseline_steps, "checkpoint_every": int(checkpoint)}
         out.append(job)
         if checkpoint:
@@ -119,6 +124,9 @@ def override_yaml(job: dict, args, assets: Path, out: Path) -> Path:
         callbacks.append({"class_path": "lit_unlearn.callbacks.FinalCheckpoint",
                           "init_args": {"filename": "{step}", "every_n_train_steps": job["checkpoint_every"],
                                         "save_top_k": -1, "save_last": False}})
+    lora = preset_model_args(job["preset"]).get("network", {}).get("init_args", {}).get("lora")
+    if lora:  # the config's adapters, on the width-sized base
+        network["init_args"]["lora"] = lora
     model = {"init_args": {"network": network}}
     if job["model"]:
         model = {**job["model"], "init_args": {**job["model"].get("init_args", {}), "network": network}}
@@ -129,7 +137,8 @@ def override_yaml(job: dict, args, assets: Path, out: Path) -> Path:
                     "default_root_dir": str(out / "runs" / job["name"]),
                     "enable_checkpointing": bool(job["checkpoint_every"]),
                     "strategy": {"class_path": "lit_unlearn.distributed.cpu_deepspeed.CPUDeepSpeedStrategy",
-                                 "init_args": {"config": strategy_config(job["preset"], job["stage"])}},
+                                 "init_args": {"config": strategy_config(job["preset"], job["stage"])}}
+                    if job["stage"] else "ddp",
                     "callbacks": callbacks},
         "data": {"init_args": {"source": {"class_path": "lit_unlearn.data.TofuSource",
                                           "init_args": {"path": str(assets / "tofu"), "forget_level": "10"}},
@@ -334,6 +343,9 @@ def worker(job: dict, args) -> None:
     tokenizer = load_tokenizer(str(assets / "tokenizer"))
     launched.trainer.callbacks.append(meter(job, out, probe_item(assets, tokenizer)))
     fit_run(launched)
+    from lit_unlearn.distributed import release_process_group
+
+    release_process_group()  # gloo's group torn down before exit (a DDP rank otherwise aborts at interpreter exit)
     if launched.trainer.is_global_zero and job["checkpoint_every"]:
         folder = launched.run.checkpoints / f"step={job['steps']}.ckpt"
         (out / "results" / f"{job['name']}_checkpoint.txt").write_text(str(folder))
@@ -537,6 +549,10 @@ def summary(report: dict) -> str:
         after = statistics.median(steps[1:]) if len(steps) > 1 else float("nan")
         build = max(r["build_peak_kb"] for r in ranks) * 1024
         train = max(r["train_peak_kb"] for r in ranks) * 1024
+        if not job["stage"]:  # DDP with LoRA: outside the ZeRO memory model
+            lines.append(f"| {label} | {steps[0]:.1f} | {after:.1f} | {build / GB:.2f} GiB | {train / GB:.2f} GiB | "
+                         f"not modelled (DDP, LoRA) | | {all(r['finite'] for r in ranks)} |")
+            continue
         model = modelled(run, layers, report["seq"])
         peaks[job["name"]] = (train, model)
         lines.append(f"| {label} | {steps[0]:.1f} | {after:.1f} | {build / GB:.2f} GiB | {train / GB:.2f} GiB | "
@@ -646,9 +662,14 @@ def main() -> None:
         print(f"[{time.perf_counter() - started:6.0f} s] export ...", flush=True)
         report["export"] = measure_export(out, folder)
         report["export"]["max_abs_logit_diff"] = compare_exported_logits(out, name)
-    if args.eval_items:
+    kept_eval = out / "results" / "evaluation.json"
+    if args.eval_items and args.keep and kept_eval.exists() and \
+            json.loads(kept_eval.read_text())["items"] == args.eval_items:
+        report["evaluation"] = json.loads(kept_eval.read_text())
+    elif args.eval_items:
         print(f"[{time.perf_counter() - started:6.0f} s] TOFU evaluation ...", flush=True)
         report["evaluation"] = measure_evaluation(out, args.layers, args.eval_items, args.max_new_tokens)
+        kept_eval.write_text(json.dumps(report["evaluation"]))
     report["wall_s"] = time.perf_counter() - started
     (out / "report.json").write_text(json.dumps(report, indent=1))
     write_summary(report, args)
