@@ -22,7 +22,10 @@ reduce_bucket_size 5e8, stage3_max_live_parameters 1e9, each in elements):
   ZeRO-3 reduce-scatters it as one coalesced call over a second flat copy, and on CPU gloo's reduce-scatter needs
   working buffers of 1.5× its input (measured in a side experiment with torch 2.13's gloo backend; 0 on GPUs, where
   NCCL works in place). ZeRO-2 reduces to each destination rank in turn over a flat copy of that rank's slices,
-  w·min(bucket, n)/d (gloo's reduce is in place, measured the same way).
+  w·min(bucket, n)/d (gloo's reduce is in place, measured the same way), and with overlap_comm it keeps the
+  gradients of the other ranks' parameters until the next reduction clears them, w·min(bucket, n)·(d−1)/d (found by
+  a census of the tensors resident at the ZeRO-2 peak, benchmarks/llama2_7b_width_cpu.py WIDTH_CENSUS_AT: each rank
+  held 0.87 GiB of the other rank's gradients besides the bucket).
 - ZeRO-3's gathered weights, during forward and backward: w·min(max_live, n) (parameters stay gathered while they
   will be used again soon, up to stage3_max_live_parameters), plus the largest gradient before it enters the bucket.
 - activations with gradient checkpointing (one layer input kept per layer, one layer's working set live:
@@ -100,8 +103,9 @@ def rank_memory(s: Setting) -> dict[str, float]:
     if s.stage == 3:  # one coalesced reduce-scatter of the whole bucket, over a flat copy of it
         reduction = {"reduce-scatter flat copy": bucket,
                      "gloo reduce-scatter buffers": GLOO_REDUCE_SCATTER_FACTOR * bucket if s.gloo else 0.0}
-    else:  # one reduce per destination rank over a flat copy of that rank's slices (gloo's reduce is in place)
-        reduction = {"per-destination flat copy": bucket / d}
+    else:  # one reduce per destination rank over a flat copy of that rank's slices (gloo's reduce is in place);
+        # with overlap_comm the gradients of the other ranks' parameters stay alive until the next reduction
+        reduction = {"per-destination flat copy": bucket / d, "other ranks' gradients, kept": bucket * (d - 1) / d}
     b, sq, heads = s.micro_batch, s.seq, s.cfg["num_attention_heads"]
     activations = (layers * b * sq * h * w + 34 * b * sq * h * w / 2 + 5 * b * heads * sq * sq * w / 2
                    + 2 * 4 * b * sq * v)

@@ -197,10 +197,29 @@ def tensor_census(min_elements: int = 1 << 20) -> dict:
             ptr = storage.data_ptr()
         except Exception:  # noqa: BLE001  (meta tensors, freed storages)
             continue
-        seen[ptr] = storage.nbytes()
         key = f"{tuple(obj.shape)} {str(obj.dtype).removeprefix('torch.')}"
+        seen.setdefault(ptr, [storage.nbytes(), set()])[1].add(key)
         shapes[key] = shapes.get(key, 0) + 1
-    return {"bytes": sum(seen.values()), "storages": len(seen), "shapes": shapes}
+    resident = {ptr: resident_bytes(ptr, size) for ptr, (size, _) in seen.items()}
+    return {"bytes": sum(size for size, _ in seen.values()), "storages": len(seen), "shapes": shapes,
+            "resident_bytes": sum(r for r in resident.values() if r is not None),
+            "by_storage": sorted(([size, resident[ptr], sorted(keys)] for ptr, (size, keys) in seen.items()),
+                                 key=lambda row: row[0], reverse=True)}
+
+
+def resident_bytes(ptr: int, nbytes: int) -> int | None:
+    """How much of [ptr, ptr + nbytes) is in memory (mincore): allocated-but-untouched pages are not."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    page = os.sysconf("SC_PAGE_SIZE")
+    start = ptr - ptr % page
+    length = ptr + nbytes - start
+    pages = (length + page - 1) // page
+    vec = (ctypes.c_ubyte * pages)()
+    if libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(length), vec) != 0:
+        return None
+    return bytes(vec).count(1) * page
 
 
 def census_inside(target: str, record: dict) -> None:
@@ -530,7 +549,11 @@ def preset_model_args(preset: str) -> dict:
 def summary(report: dict) -> str:
     """The tables, as markdown."""
     layers = report["layers"]
-    n = next(r for r in report["runs"] if "ranks" in r)["ranks"][0]["network_elements"]
+    finished = [r for r in report["runs"] if "ranks" in r]
+    if not finished:
+        failed = ", ".join(f"{r['job']['name']} (exit {r['failed']})" for r in report["runs"])
+        return f"No run finished: {failed}\n"
+    n = finished[0]["ranks"][0]["network_elements"]
     lines = [f"Llama-2-7B width (hidden 4096, intermediate 11008, 32 heads, vocabulary 32000), {layers} layer(s): "
              f"{n:,} parameters; fp32, DeepSpeed on 2 CPU processes (one thread each), one retain and one forget "
              f"sequence of real TOFU forget10/retain90 items per rank per step.", "",
