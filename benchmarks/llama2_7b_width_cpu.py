@@ -67,18 +67,17 @@ def jobs(args) -> list[dict]:
                                                               **({} if args.adamw else {"optimizer": "sgd"})}}),
               # OFMU as packaged with LoRA adapters under DDP (stage 0): its working set is the adapters'
               ("ofmu", "tofu_llama2_7b_ofmu_lora", 0, {"init_args": {"inner_steps": args.ofmu_inner_steps}})]
-    if args.ofmu:  # 12 fp32 slices of the parameters: ~20 GiB per rank at one layer (benchmarks/llama2_7b_memory.py)
+    if args.ofmu:  # 12 fp32 slices of the parameters: ~21 GiB per rank at one layer (benchmarks/llama2_7b_memory.py)
         matrix.append(("ofmu", "tofu_llama2_7b_ofmu_zero3", 3, {"init_args": {"inner_steps": args.ofmu_inner_steps}}))
     if args.quick:
         matrix = matrix[:1]
     out = []
     for method, preset, stage, model in matrix:
-        if args.methods and method not in args.methods and \
-                f"{method}_{'zero' + str(stage) if stage else 'ddp_lora'}" not in args.methods:
+        name = f"{method}_zero{stage}" if stage else f"{method}_ddp_lora"
+        if args.methods and method not in args.methods and name not in args.methods:
             continue
         checkpoint = method == "hamu" and stage == 3  # the sharded checkpoint, its resume and its export
-        where = f"zero{stage}" if stage else "ddp_lora"
-        job = {"name": f"{method}_{where}", "method": method, "preset": preset, "stage": stage, "model": model,
+        job = {"name": name, "method": method, "preset": preset, "stage": stage, "model": model,
                "steps": args.steps if checkpoint else args.baseline_steps, "checkpoint_every": int(checkpoint)}
         out.append(job)
         if checkpoint:
