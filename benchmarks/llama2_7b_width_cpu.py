@@ -89,14 +89,9 @@ def jobs(args) -> list[dict]:
 def strategy_config(preset: str, stage: int) -> dict:
     """The packaged config's own DeepSpeed settings at `stage`, on CPU in fp32 (no bf16 block) with one sequence
     per rank per side."""
-    import yaml
-
-    from lit_unlearn.launch.presets import config_chain
-
     strategy = None
-    for path in config_chain(preset):
-        trainer = (yaml.safe_load(Path(path).read_text()) or {}).get("trainer", {})
-        strategy = trainer.get("strategy", strategy)
+    for config in preset_files(preset):
+        strategy = config.get("trainer", {}).get("strategy", strategy)
     config = json.loads(json.dumps(strategy["init_args"]["config"]))
     config.pop("bf16", None)
     config["zero_optimization"]["stage"] = stage
@@ -318,15 +313,20 @@ def meter(job: dict, out: Path, probe_ids):
     return _Meter()
 
 
-def probe_item(assets: Path, tokenizer):
-    """One real TOFU forget10 question and answer, in the configs' llama2 template, as input ids."""
-    import torch
+def formatter(assets: Path):
+    """The 7B configs' question-answer encoding (llama2 template) with the release's tokenizer."""
+    from lit_unlearn.data.qa_format import QAFormatter
+    from lit_unlearn.data.tokenizer import load_tokenizer
 
+    return QAFormatter(load_tokenizer(str(assets / "tokenizer")), "llama2")
+
+
+def probe_item(assets: Path):
+    """One real TOFU forget10 question and answer, encoded as the runs train on it, as a batch of one."""
     from lit_unlearn.data.tofu_source import TofuSource
 
     row = TofuSource(str(assets / "tofu"), forget_level="10").eval_splits()["forget"][0]
-    text = f"[INST] {row['question']} [/INST] {row['answer']}"
-    return torch.tensor([tokenizer(text)["input_ids"]])
+    return formatter(assets).encode(row["question"], row["answer"])["input_ids"][None]
 
 
 def record_baseline(out: Path, job: dict) -> None:
@@ -347,10 +347,11 @@ def worker(job: dict, args) -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from lit_unlearn.data.tokenizer import load_tokenizer
+    import torch
+
     from lit_unlearn.launch.runs import build_run, fit_run
 
-    out, assets = Path(args.out), Path(args.out) / "assets"
+    out = Path(args.out)
     overrides = out / "jobs" / f"{job['name']}.yaml"
     argv = ["--config", str(overrides)]
     if "resume_from" in job:
@@ -358,8 +359,8 @@ def worker(job: dict, args) -> None:
         argv += ["--ckpt_path", str(folder.parent / f"step={job['resume_step']}.ckpt")]
     record_baseline(out, job)
     launched = build_run(argv, preset=job["preset"])
-    tokenizer = load_tokenizer(str(assets / "tokenizer"))
-    launched.trainer.callbacks.append(meter(job, out, probe_item(assets, tokenizer)))
+    probe_ids = torch.load(out / "results" / "probe_ids.pt")  # written once by the parent
+    launched.trainer.callbacks.append(meter(job, out, probe_ids))
     fit_run(launched)
     from lit_unlearn.distributed import release_process_group
 
@@ -392,13 +393,12 @@ def prepare_assets(out: Path, layers: int) -> Path:
 
 
 def max_sequence(assets: Path) -> int:
-    """The longest training sequence (tokens, question and answer in the configs' template): the activation term."""
+    """The longest training sequence in tokens (the activation term of the memory model)."""
     from lit_unlearn.data.tofu_source import TofuSource
-    from lit_unlearn.data.tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(str(assets / "tokenizer"))
+    fmt = formatter(assets)
     forget, retain = TofuSource(str(assets / "tofu"), forget_level="10").forget_retain()
-    return max(len(tokenizer(f"[INST] {r['question']} [/INST] {r['answer']}")["input_ids"]) for r in forget + retain)
+    return max(len(fmt.encode(r["question"], r["answer"])["input_ids"]) for r in forget + retain)
 
 
 def child_env() -> dict:
@@ -530,15 +530,20 @@ def modelled(run: dict, layers: int, seq: int) -> float:
                                trainable=trainable))
 
 
-def preset_model_args(preset: str) -> dict:
-    """The packaged config's model init_args (its optimizer and weight decay), through its `# extends:` chain."""
+def preset_files(preset: str) -> list[dict]:
+    """The packaged config and the bases it `# extends:`, parsed, base first (later ones win)."""
     import yaml
 
     from lit_unlearn.launch.presets import config_chain
 
+    return [yaml.safe_load(Path(path).read_text()) or {} for path in config_chain(preset)]
+
+
+def preset_model_args(preset: str) -> dict:
+    """The packaged config's model init_args (its optimizer and weight decay), through its `# extends:` chain."""
     args: dict = {}
-    for path in config_chain(preset):
-        model = (yaml.safe_load(Path(path).read_text()) or {}).get("model", {})
+    for config in preset_files(preset):
+        model = config.get("model", {})
         if model.get("class_path", "") and model.get("class_path") != args.get("__class__"):
             args = {"__class__": model.get("class_path")}
         args.update(model.get("init_args", {}))
@@ -652,11 +657,9 @@ def main() -> None:
         shutil.rmtree(out / sub, ignore_errors=True)
     (out / "results").mkdir(parents=True, exist_ok=True)
     assets = prepare_assets(out, args.layers)
-    from lit_unlearn.data.tokenizer import load_tokenizer
-
     import torch
 
-    torch.save(probe_item(assets, load_tokenizer(str(assets / "tokenizer"))), out / "results" / "probe_ids.pt")
+    torch.save(probe_item(assets), out / "results" / "probe_ids.pt")
     started = time.perf_counter()
     results = []
     for job in jobs(args):

@@ -152,9 +152,7 @@ SAFETENSORS_DTYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "f
 def _nbytes(source) -> int:
     import math
 
-    import torch
-
-    return math.prod(source.shape) * torch.empty((), dtype=source.dtype).element_size()
+    return math.prod(source.shape) * source.dtype.itemsize
 
 
 def _write_safetensors(path: Path, entries: list[tuple[str, Any]]) -> None:
