@@ -338,3 +338,49 @@ def test_eval_items_caps_the_run_report_splits_and_leaves_training_alone(tofu):
 
     with pytest.raises(UserError, match="eval_items must be"):
         TofuDataModule(TofuSource(str(folder / "data")), tok, eval_items=0)
+
+
+def test_interpolating_toward_the_base_starts_training_from_the_written_out_mix(tofu, tmp_path):
+    """InterpolateTowardBase: the first step starts from θ₀ + keep·(θ − θ₀), read from the base's safetensors, after
+    the metric sources measured the target (they come first in the declared order); bad inputs are one line."""
+    from lightning.pytorch.callbacks import Callback
+
+    from lit_unlearn.algorithms.interpolation import interpolate_toward_
+    from lit_unlearn.callbacks import HoldoutVerification, InterpolateTowardBase
+    from lit_unlearn.errors import UserError
+    from lit_unlearn.launch.trainer_builder import ordered_callbacks
+    from lit_unlearn.modules import FTModule
+
+    folder, _, tok = tofu
+    base = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=2)
+    base.save_pretrained(tmp_path / "base")
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=3)
+    theta0 = dict(base.model.named_parameters())
+    expected = {n: theta0[n].detach() + 0.3 * (p.detach() - theta0[n].detach()) for n, p in net.model.named_parameters()}
+    seen = {}
+
+    class FirstStep(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if not seen:
+                seen.update({n: p.detach().clone() for n, p in pl_module.network.model.named_parameters()})
+
+    dm = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=8, forget_batch_size=8)
+    quick_trainer(1, limit_val_batches=0, callbacks=[InterpolateTowardBase(str(tmp_path / "base"), keep=0.3),
+                                                     FirstStep()]).fit(FTModule(net, lr=1e-3), dm)
+    assert seen.keys() == expected.keys()
+    for n in expected:
+        torch.testing.assert_close(seen[n], expected[n], rtol=0, atol=1e-6)
+    # the pure function: its ends, and refusals
+    a = {"w": torch.tensor([1.0, 2.0])}
+    for keep, want in ((0.0, [5.0, 5.0]), (1.0, [1.0, 2.0]), (0.25, [4.0, 4.25])):
+        t = torch.tensor([1.0, 2.0])
+        interpolate_toward_([("w", t)], {"w": torch.tensor([5.0, 5.0])}, keep)
+        assert t.tolist() == want
+    with pytest.raises(KeyError):
+        interpolate_toward_([("v", torch.zeros(2))], a, 0.5)
+    with pytest.raises(ValueError):
+        interpolate_toward_([("w", torch.zeros(3))], a, 0.5)
+    with pytest.raises(UserError, match="keep must be in"):
+        InterpolateTowardBase(str(tmp_path / "base"), keep=1.5)
+    order = ordered_callbacks([InterpolateTowardBase(str(tmp_path / "base")), HoldoutVerification()])
+    assert [type(c).__name__ for c in order] == ["HoldoutVerification", "InterpolateTowardBase"]
