@@ -73,9 +73,10 @@ def tiny_tofu(folder, seed):
     return splits, train_bpe_tokenizer(texts, folder / "tok", vocab_size=400)
 
 
-def cli_here(args, cwd):
+def cli_here(args, cwd, check=False):
     """`lit-unlearn ARGS` run in this process from folder `cwd`, as a CompletedProcess (returncode, stdout, stderr):
-    for tests of what the command says, where a new process would only add its start-up time."""
+    for tests of what the command says or of a run whose process is not the point, where a new process would only
+    add its start-up (about 5 CPU-s of imports). check: a non-zero exit fails the test, with the output."""
     import contextlib
     import io
     import os
@@ -94,6 +95,9 @@ def cli_here(args, cwd):
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     finally:
         os.chdir(before)
+    if check and code != 0:
+        raise AssertionError(f"lit-unlearn {' '.join(map(str, args))} failed ({code}):\n{out.getvalue()[-3000:]}\n"
+                             f"{err.getvalue()[-5000:]}")
     return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 

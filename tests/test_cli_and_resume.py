@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from helpers import assert_same_update
+from helpers import assert_same_update, cli_here
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def test_pretrain_then_unlearn_writes_table_and_tensorboard(tmp_path, subprocess
     forget = next(r for r in results["rows"] if r["split"] == "forget")
     assert forget["loss_after"] > forget["loss_before"]  # the forget loss rose
     assert list(run.glob("events.out.tfevents.*")) and (run / "config.yaml").is_file()
-    listed = cli(["configs"], tmp_path, subprocess_env).stdout
+    listed = cli_here(["configs"], tmp_path, check=True).stdout
     assert "digits_hamu.yaml" in listed and "cifar10_hamu.yaml" in listed
 
 
@@ -66,9 +66,8 @@ def test_the_recipe_a_target_records_retrains_it_bit_for_bit(target, tmp_path):
         assert torch.equal(again[k], original[k]), k
 
 
-def test_unlearn_without_target_says_how_to_make_one(tmp_path, subprocess_env):
-    out = cli(["unlearn", "--model.init_args.target_ckpt=missing/last.ckpt", *TINY_NET], tmp_path, subprocess_env,
-              check=False)
+def test_unlearn_without_target_says_how_to_make_one(tmp_path):
+    out = cli_here(["unlearn", "--model.init_args.target_ckpt=missing/last.ckpt", *TINY_NET], tmp_path)
     assert out.returncode != 0 and "lit-unlearn pretrain" in out.stderr
 
 
@@ -111,14 +110,14 @@ def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(target, tmp_
     # 21 steps per epoch at these batch sizes; checkpoints every 4 steps; killed at step 26, so the last
     # checkpoint is step 24, mid-way through the second epoch.
     common, straight, crashed = _straight_and_crashed(tmp_path, "resume.yaml", RESUME_CONFIG, target)
-    cli(["unlearn", *common], straight, subprocess_env)
+    cli_here(["unlearn", *common], straight, check=True)  # the process is not the point: in this one
     killed = cli(["unlearn", *common, "--trainer.callbacks+=kill_switch.KillAtStep", "--trainer.callbacks.step=26"],
                  crashed, subprocess_env, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     ckpt = torch.load(crashed / "runs/digits/hamu/version_0/checkpoints/last.ckpt", map_location="cpu",
                       weights_only=True)
     assert ckpt["global_step"] == 24
-    resumed = cli(["unlearn", *common, "--ckpt_path=last"], crashed, subprocess_env)
+    resumed = cli_here(["unlearn", *common, "--ckpt_path=last"], crashed, check=True)
     assert "resuming runs/digits/hamu/version_0" in resumed.stdout  # the same run, in its own folder
     assert not (crashed / "runs/digits/hamu/version_1").exists()
     a_state, a_step, a_kappa = _final_state(straight)
@@ -157,14 +156,14 @@ def test_killed_and_resumed_target_run_keeps_the_stop_and_controller_state(targe
     """SIGKILL in the middle of a run that stops at a target with the quota controller; the resumed run ends on
     the same step, with the same evaluation history and closest weights, bit-equal to an uninterrupted run."""
     common, straight, crashed = _straight_and_crashed(tmp_path, "target.yaml", TARGET_CONFIG, target)
-    cli(["unlearn", *common], straight, subprocess_env)
+    cli_here(["unlearn", *common], straight, check=True)
     stop = _callback_state(straight, "StopAtTarget")
     assert stop["first_met_step"] is not None and len(stop["history"]) >= 4
     kill_at = int(stop["history"][2]["step"]) + 2  # after a few evaluations, between checkpoints
     killed = cli(["unlearn", *common, "--trainer.callbacks+=kill_switch.KillAtStep",
                   f"--trainer.callbacks.step={kill_at}"], crashed, subprocess_env, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    cli(["unlearn", *common, "--ckpt_path=last"], crashed, subprocess_env)
+    cli_here(["unlearn", *common, "--ckpt_path=last"], crashed, check=True)
     a_state, a_step, _ = _final_state(straight, kappa=False)
     b_state, b_step, _ = _final_state(crashed, kappa=False)
     assert a_step == b_step
@@ -185,7 +184,7 @@ def test_two_process_ddp_matches_one_process_at_the_same_global_batch(target, tm
             "--data.init_args.forget_batch_size=32", "--trainer.limit_val_batches=0", *TINY_NET]
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()
-    cli([*args, "--trainer.devices=1"], one, subprocess_env)
+    cli_here([*args, "--trainer.devices=1"], one, check=True)
     cli([*args, "--trainer.devices=2", "--trainer.strategy=ddp"], two, subprocess_env)
     start = torch.load(target, map_location="cpu", weights_only=True)["state_dict"]
     a, a_step, _ = _final_state(one)

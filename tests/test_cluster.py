@@ -66,8 +66,8 @@ def assert_bit_equal(a, b):
 def straight(target, tmp_path_factory, subprocess_env_module):
     folder = tmp_path_factory.mktemp("straight")
     (folder / "cfg.yaml").write_text(CONFIG)
-    cli(["unlearn", "--config", "cfg.yaml", f"--model.init_args.target_ckpt={target}", *TINY], folder,
-        subprocess_env_module)
+    cli_here(["unlearn", "--config", "cfg.yaml", f"--model.init_args.target_ckpt={target}", *TINY], folder,
+             check=True)  # the reference run: its process is not the point
     return final_weights(folder)
 
 
@@ -124,7 +124,7 @@ def test_sigterm_says_how_to_resume_and_exits_non_zero(target, straight, tmp_pat
     first = cli([*common, "--trainer.callbacks+=signal_injector.SignalAt", "--trainer.callbacks.step=9",
                  "--trainer.callbacks.signal_name=TERM"], tmp_path, subprocess_env_module, check=False)
     assert first.returncode == 128 + 15 and "interrupted at step 10 by SIGTERM" in first.stdout, first.stdout
-    cli([*common, "--ckpt_path", "last"], tmp_path, subprocess_env_module)
+    cli_here([*common, "--ckpt_path", "last"], tmp_path, check=True)
     assert_bit_equal(straight, final_weights(tmp_path))
 
 
@@ -150,7 +150,7 @@ def test_runs_in_one_root_never_resume_each_other(target, tmp_path, subprocess_e
     assert wrong.returncode == 2 and "belongs to run" in wrong.stderr
     # Nothing to resume for B now (it finished): `last` is an error, `auto` starts version_2.
     assert cli_here([*b, "--ckpt_path", "last"], tmp_path).returncode == 2
-    cli([*b, "--ckpt_path", "auto", "--trainer.max_steps=2"], tmp_path, subprocess_env_module)
+    cli_here([*b, "--ckpt_path", "auto", "--trainer.max_steps=2"], tmp_path, check=True)
     assert (tmp_path / "runs/digits/hamu/version_2").is_dir()
 
 
@@ -165,7 +165,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_a_resumable_run(target, straigh
     ckpts = tmp_path / "runs/digits/hamu/version_0/checkpoints"
     assert list(ckpts.glob(".*.tmp-*")), "the write was cut short"  # the half-written temporary file
     assert checkpoint_is_loadable(ckpts / "last.ckpt")  # the previous last.ckpt is intact
-    cli([*common, "--ckpt_path", "last"], tmp_path, subprocess_env_module)
+    cli_here([*common, "--ckpt_path", "last"], tmp_path, check=True)
     assert_bit_equal(straight, final_weights(tmp_path))
 
 
@@ -196,7 +196,7 @@ def test_two_nodes_make_the_same_update_as_one_process(target, tmp_path, subproc
             "--model.init_args.quota=0.02", "--trainer.callbacks=[]"]
     one = tmp_path / "one"
     one.mkdir()
-    cli([*args, "--trainer.devices=1"], one, subprocess_env_module)
+    cli_here([*args, "--trainer.devices=1"], one, check=True)
     port = str(_free_port())
     procs = []
     for node in (0, 1):
