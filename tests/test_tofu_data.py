@@ -384,3 +384,87 @@ def test_interpolating_toward_the_base_starts_training_from_the_written_out_mix(
         InterpolateTowardBase(str(tmp_path / "base"), keep=1.5)
     order = ordered_callbacks([InterpolateTowardBase(str(tmp_path / "base")), HoldoutVerification()])
     assert [type(c).__name__ for c in order] == ["HoldoutVerification", "InterpolateTowardBase"]
+
+
+def test_base_distill_step_is_sgd_on_the_kl_to_the_base_written_out(tofu, tmp_path):
+    """BaseDistill: one SGD step equals −lr·∇[w_f·KL(p_base ‖ p_θ) over the forget answer tokens + w_r·NLL(retain)],
+    each written out with plain torch; the frozen reference is the base read from its folder, not the target."""
+    from lit_unlearn.modules import BaseDistillModule
+
+    folder, _, tok = tofu
+    base = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=2)
+    base.save_pretrained(tmp_path / "base")
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=3)
+    start = copy.deepcopy(net)
+    lr, w_f, w_r = 0.05, 0.7, 0.4
+    module = BaseDistillModule(net, base=str(tmp_path / "base"), lr=lr, optimizer="sgd", forget_weight=w_f,
+                               retain_weight=w_r)
+    dm = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=8, forget_batch_size=8)
+    dm.setup("fit")
+    retain, forget = next(iter(dm.train_dataloader()))
+    quick_trainer(1, limit_val_batches=0).fit(module, dm)
+
+    def answer_positions(model, batch):
+        logits = model(batch["input_ids"], attention_mask=batch["attention_mask"])[:, :-1]
+        labels = batch["labels"][:, 1:]
+        keep = labels != -100
+        return logits[keep], labels[keep]
+
+    with torch.no_grad():
+        base_logits, _ = answer_positions(base, forget)
+    logits_f, _ = answer_positions(start, forget)
+    p_base = torch.softmax(base_logits.double(), -1)
+    kl = (p_base * (torch.log(p_base) - torch.log_softmax(logits_f.double(), -1))).sum(-1).mean()
+    logits_r, labels_r = answer_positions(start, retain)
+    loss = w_f * kl + w_r * torch.nn.functional.cross_entropy(logits_r.double(), labels_r)
+    grads = torch.autograd.grad(loss, list(start.parameters()))
+    for (n, p0), g, p1 in zip(start.named_parameters(), grads, module.network.parameters()):
+        torch.testing.assert_close(p1.detach() - p0.detach(), (-lr * g).float(), rtol=1e-4, atol=1e-7, msg=n)
+
+
+def test_base_answers_relabel_forget_items_with_the_bases_greedy_answer_and_step_on_their_nll(tofu, tmp_path):
+    """BaseAnswers: each forget item keeps its prompt and gets the base's greedy answer (checked against a greedy
+    loop written out: argmax until end-of-sequence or the budget), and one SGD step equals
+    −lr·∇[w_f·NLL(relabelled forget) + w_r·NLL(retain)] written out with plain torch."""
+    from lit_unlearn.modules import BaseAnswersModule
+
+    folder, _, tok = tofu
+    base = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=2)
+    base.save_pretrained(tmp_path / "base")
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=3)
+    start = copy.deepcopy(net)
+    lr, w_f, w_r, budget = 0.05, 0.6, 0.3, 7
+    module = BaseAnswersModule(net, base=str(tmp_path / "base"), lr=lr, optimizer="sgd", forget_weight=w_f,
+                               retain_weight=w_r, max_new_tokens=budget)
+    dm = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=8, forget_batch_size=4)
+    dm.setup("fit")
+    retain, forget = next(iter(dm.train_dataloader()))
+    eos = base.model.generation_config.eos_token_id
+    relabelled = module.relabelled(forget)
+    for i in range(forget["input_ids"].shape[0]):
+        labels = forget["labels"][i][forget["attention_mask"][i].bool()]
+        prompt = forget["input_ids"][i][:int((labels != -100).nonzero()[0, 0])].tolist()
+        seq = list(prompt)
+        with torch.no_grad():
+            for _ in range(budget):
+                seq.append(int(base(torch.tensor([seq]))[0, -1].argmax()))
+                if seq[-1] == eos:
+                    break
+        if seq[-1] != eos:
+            seq.append(eos)
+        n = int(relabelled["attention_mask"][i].sum())
+        assert relabelled["input_ids"][i][:n].tolist() == seq
+        assert relabelled["labels"][i][:n].tolist() == [-100] * len(prompt) + seq[len(prompt):]
+        assert (relabelled["labels"][i][n:] == -100).all()
+    quick_trainer(1, limit_val_batches=0).fit(module, dm)
+
+    def nll(model, batch):
+        logits = model(batch["input_ids"], attention_mask=batch["attention_mask"])[:, :-1]
+        labels = batch["labels"][:, 1:]
+        keep = labels != -100
+        return torch.nn.functional.cross_entropy(logits[keep].double(), labels[keep])
+
+    loss = w_f * nll(start, relabelled) + w_r * nll(start, retain)
+    grads = torch.autograd.grad(loss, list(start.parameters()))
+    for (n, p0), g, p1 in zip(start.named_parameters(), grads, module.network.parameters()):
+        torch.testing.assert_close(p1.detach() - p0.detach(), (-lr * g).float(), rtol=1e-4, atol=1e-7, msg=n)

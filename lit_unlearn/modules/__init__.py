@@ -1,5 +1,7 @@
 """LightningModules: the target trainer, HAMU, and the baselines (one file per method)."""
 
+from lit_unlearn.modules.base_answers import BaseAnswersModule
+from lit_unlearn.modules.base_distill import BaseDistillModule
 from lit_unlearn.modules.classifier import ClassifierModule, SupervisedModule
 from lit_unlearn.modules.ft import FTModule
 from lit_unlearn.modules.ga import GAModule
@@ -15,6 +17,6 @@ from lit_unlearn.modules.scrub import SCRUBModule
 from lit_unlearn.modules.simnpo import SimNPOModule
 from lit_unlearn.modules.unlearning import UnlearningModule
 
-__all__ = ["ClassifierModule", "FTModule", "GAModule", "GradDiffModule", "HAMUModule", "IdkDPOModule", "KLModule",
+__all__ = ["BaseAnswersModule", "BaseDistillModule", "ClassifierModule", "FTModule", "GAModule", "GradDiffModule", "HAMUModule", "IdkDPOModule", "KLModule",
            "NPOModule", "ObjectiveUnlearningModule", "OFMUModule", "RMUModule", "SCRUBModule", "SimNPOModule",
            "SupervisedModule", "UnlearningModule"]

@@ -44,7 +44,7 @@ class ObjectiveUnlearningModule(UnlearningModule):
         self.lr, self.optimizer_name, self.momentum, self.weight_decay = lr, optimizer, momentum, weight_decay
         self._reference: nn.Module | None = None
         if self.uses_reference:
-            ref = copy.deepcopy(network).eval()
+            ref = self.make_reference(network).eval()
             for p in ref.parameters():
                 p.requires_grad_(False)
             object.__setattr__(self, "_reference", ref)  # bypass nn.Module registration (see module docstring)
@@ -52,6 +52,10 @@ class ObjectiveUnlearningModule(UnlearningModule):
     # ----- hooks ---------------------------------------------------------------------------------------------------
     def objective(self, retain_batch, forget_batch) -> tuple[Tensor, dict[str, Tensor | float]]:
         raise NotImplementedError
+
+    def make_reference(self, network: nn.Module) -> nn.Module:
+        """The frozen model the objective compares with: by default a copy of the network as given (the target)."""
+        return copy.deepcopy(network)
 
     # ----- helpers ------------------------------------------------------------------------------------------------
     @property

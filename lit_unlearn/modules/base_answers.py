@@ -1,0 +1,88 @@
+"""BaseAnswers: teach the forget questions the base model's own answers, and keep the retain set,
+loss = w_f·NLL(forget question → the base's greedy answer) + w_r·NLL(retain).
+
+The base (θ₀, the model the target was fine-tuned from) never saw the forget authors, so its answer to a forget
+question is a fluent guess in the data's style: an alternative label in the sense of Eldan & Russinovich (2023),
+taken from the base instead of a reinforced model. A model that never saw an author is confidently wrong about it
+(it answers with facts of the authors it did see); fine-tuning on these guesses makes the unlearned model
+confidently wrong in the same way, by descent only, where gradient ascent leaves the true tokens pushed below
+everything else (the signature the gradient-norm and Min-K%++ attacks read). Reference-free: θ₀ is what a
+Llama-2-7B user starts from; no retain-only model is read. Each forget question is answered once, greedily, and
+cached by its prompt tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from lit_unlearn.algorithms.losses import IGNORE_INDEX
+from lit_unlearn.errors import UserError
+from lit_unlearn.modules.objective import ObjectiveUnlearningModule
+
+__all__ = ["BaseAnswersModule"]
+
+
+class BaseAnswersModule(ObjectiveUnlearningModule):
+    uses_reference = True
+
+    def __init__(self, network: nn.Module, base: str, target_ckpt: str | None = None, lr: float = 1e-3,
+                 retain_weight: float = 1.0, forget_weight: float = 1.0, max_new_tokens: int = 128,
+                 optimizer: str = "adamw", momentum: float = 0.0, weight_decay: float = 0.0,
+                 freeze_batchnorm: bool = True, log_every_n_steps: int | None = None) -> None:
+        """
+        Args:
+            base: the model the target was fine-tuned from (a Hugging Face folder or hub name), loaded frozen.
+            retain_weight, forget_weight: w_r and w_f.
+            max_new_tokens: the longest answer the base may give (greedy; it stops at its end-of-sequence token).
+        """
+        if max_new_tokens < 1:
+            raise UserError(f"max_new_tokens must be ≥ 1, got {max_new_tokens}")
+        self.base, self.max_new_tokens = base, max_new_tokens
+        super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
+                         log_every_n_steps)
+        self.retain_weight, self.forget_weight = retain_weight, forget_weight
+        self._answers: dict[tuple[int, ...], Tensor] = {}
+
+    def make_reference(self, network: nn.Module) -> nn.Module:
+        from lit_unlearn.models import CausalLM
+
+        return CausalLM(name_or_path=self.base)
+
+    @torch.no_grad()
+    def base_answer(self, prompt: Tensor) -> Tensor:
+        """The base's greedy answer to one prompt (1-D token ids), ending with its end-of-sequence token."""
+        key = tuple(prompt.tolist())
+        if key not in self._answers:
+            new = self.reference.generate(prompt[None], torch.ones_like(prompt)[None],
+                                          max_new_tokens=self.max_new_tokens)[0]
+            eos = self.reference.model.generation_config.eos_token_id
+            eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+            if eos is not None and (len(new) == 0 or new[-1].item() != eos):
+                new = torch.cat([new, new.new_tensor([eos])])
+            self._answers[key] = new.cpu()
+        return self._answers[key].to(prompt.device)
+
+    def relabelled(self, batch) -> dict[str, Tensor]:
+        """The forget batch with every answer replaced by the base's answer to the same prompt (right-padded)."""
+        rows = []
+        for ids, mask, labels in zip(batch["input_ids"], batch["attention_mask"], batch["labels"]):
+            ids, labels = ids[mask.bool()], labels[mask.bool()]
+            answer_at = (labels != IGNORE_INDEX).nonzero()
+            if len(answer_at) == 0:
+                raise UserError("a forget item has no answer tokens: nothing to relabel")
+            prompt = ids[:answer_at[0, 0]]
+            answer = self.base_answer(prompt)
+            rows.append((torch.cat([prompt, answer]), torch.cat([torch.full_like(prompt, IGNORE_INDEX), answer])))
+        width = max(len(r[0]) for r in rows)
+        out_ids = batch["input_ids"].new_zeros((len(rows), width))
+        out_labels = torch.full_like(out_ids, IGNORE_INDEX)
+        out_mask = torch.zeros_like(out_ids)
+        for i, (ids, labels) in enumerate(rows):
+            out_ids[i, :len(ids)], out_labels[i, :len(ids)], out_mask[i, :len(ids)] = ids, labels, 1
+        return {"input_ids": out_ids, "attention_mask": out_mask, "labels": out_labels}
+
+    def objective(self, retain_batch, forget_batch):
+        loss_alt = self.checked_loss(self.relabelled(forget_batch), "forget (base answers)")
+        logs = {"train/forget_base_answer_nll": loss_alt.detach()}
+        return self.plus_retain_nll(loss_alt, retain_batch, logs), logs
