@@ -14,6 +14,6 @@ from lit_unlearn.callbacks.stop_at_target import StopAtTarget
 from lit_unlearn.callbacks.tofu_evaluation import TofuEvaluation
 from lit_unlearn.callbacks.trajectory_recorder import TrajectoryRecorder
 
-__all__ = ["FinalCheckpoint", "ForgettingVerification", "HoldoutVerification", "InterpolateTowardBase", "KappaEarlyStopping", "MetricSource",
-           "MuseEvaluation", "QuotaController", "EvaluationCallback", "RhoScheduler", "StopAtTarget", "TofuEvaluation",
-           "TrajectoryRecorder"]
+__all__ = ["FinalCheckpoint", "ForgettingVerification", "HoldoutVerification", "InterpolateTowardBase",
+           "KappaEarlyStopping", "MetricSource", "MuseEvaluation", "QuotaController", "EvaluationCallback",
+           "RhoScheduler", "StopAtTarget", "TofuEvaluation", "TrajectoryRecorder"]

@@ -17,6 +17,6 @@ from lit_unlearn.modules.scrub import SCRUBModule
 from lit_unlearn.modules.simnpo import SimNPOModule
 from lit_unlearn.modules.unlearning import UnlearningModule
 
-__all__ = ["BaseAnswersModule", "BaseDistillModule", "ClassifierModule", "FTModule", "GAModule", "GradDiffModule", "HAMUModule", "IdkDPOModule", "KLModule",
-           "NPOModule", "ObjectiveUnlearningModule", "OFMUModule", "RMUModule", "SCRUBModule", "SimNPOModule",
-           "SupervisedModule", "UnlearningModule"]
+__all__ = ["BaseAnswersModule", "BaseDistillModule", "ClassifierModule", "FTModule", "GAModule", "GradDiffModule",
+           "HAMUModule", "IdkDPOModule", "KLModule", "NPOModule", "ObjectiveUnlearningModule", "OFMUModule", "RMUModule",
+           "SCRUBModule", "SimNPOModule", "SupervisedModule", "UnlearningModule"]

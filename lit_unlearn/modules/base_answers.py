@@ -44,6 +44,12 @@ class BaseAnswersModule(ObjectiveUnlearningModule):
         self.retain_weight, self.forget_weight = retain_weight, forget_weight
         self._answers: dict[tuple[int, ...], Tensor] = {}
 
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if self.zero_stage == 3:  # generation would run on the base's ZeRO-3 partitions, one slice per rank
+            raise UserError("BaseAnswers generates with the base model, which ZeRO-3 would shard: use ZeRO-2, DDP "
+                            "or one process")
+
     def make_reference(self, network: nn.Module) -> nn.Module:
         from lit_unlearn.models import CausalLM
 

@@ -2,7 +2,8 @@
 
 A subclass implements `objective(retain_batch, forget_batch) -> (loss to minimise, logs)`. Baselines that
 compare with the original model (KL, NPO, SCRUB) set `uses_reference = True` and read `self.reference`: a
-frozen copy of the network taken at construction, i.e. of the target weights. It is deliberately not a
+frozen copy of the network taken at construction, i.e. of the target weights (a subclass's
+`make_reference` may return another model: the base, for BaseDistill and BaseAnswers). It is deliberately not a
 registered submodule, so checkpoints do not store a second copy of the model; a resumed run rebuilds it from
 `target_ckpt` exactly as the first run did. Under DeepSpeed ZeRO-3 it is registered (as `frozen_reference`)
 before the engine is built, so that its weights are sharded like the trained model's instead of replicated on
