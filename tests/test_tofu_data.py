@@ -468,3 +468,54 @@ def test_base_answers_relabel_forget_items_with_the_bases_greedy_answer_and_step
     grads = torch.autograd.grad(loss, list(start.parameters()))
     for (n, p0), g, p1 in zip(start.named_parameters(), grads, module.network.parameters()):
         torch.testing.assert_close(p1.detach() - p0.detach(), (-lr * g).float(), rtol=1e-4, atol=1e-7, msg=n)
+
+
+def test_hamus_forget_token_cap_steps_as_written_out(tofu):
+    """forget_token_cap τ with a forget ceiling c: each item's NLL is the mean of min(nll_t, τ) over its answer
+    tokens, the tokens past τ join L_r (Σ_t nll_t·[nll_t > τ] / n_i per item), then the item ceiling applies to the
+    token-capped NLLs as before. Token NLLs written out with a loop, against one step of the module."""
+    from lit_unlearn.errors import UserError
+
+    folder, _, tok = tofu
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)))
+    start = copy.deepcopy(net)
+    dm = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=8, forget_batch_size=4)
+    dm.setup("fit")
+    retain, forget = next(iter(dm.train_dataloader()))
+
+    def token_nlls(model):
+        logits = model(forget["input_ids"], attention_mask=forget["attention_mask"])[:, :-1]
+        labels = forget["labels"][:, 1:]
+        out = []
+        for i in range(labels.shape[0]):
+            keep = labels[i] != -100
+            out.append(-torch.log_softmax(logits[i][keep], -1).gather(-1, labels[i][keep].unsqueeze(-1))[:, 0])
+        return out
+
+    with torch.no_grad():
+        every = torch.cat(token_nlls(start))
+    tau = float(every.quantile(0.7))  # some tokens of every kind of item past it
+    capped0 = torch.stack([t.clamp(max=tau).mean() for t in token_nlls(start)]).detach()
+    c = float(capped0.sort().values[1:3].mean())  # the item ceiling between two token-capped items
+    module = HAMUModule(net, eta=0.05, quota=0.01, grouping="global", forget_ceiling=c, forget_token_cap=tau)
+    quick_trainer(1, limit_val_batches=0).fit(module, dm)
+
+    params = list(start.parameters())
+    logits = start(retain["input_ids"], attention_mask=retain["attention_mask"])[:, :-1]
+    loss_r = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), retain["labels"][:, 1:].reshape(-1))
+    per_token = token_nlls(start)
+    capped = torch.stack([t.clamp(max=tau).mean() for t in per_token])
+    token_past = torch.stack([(t * (t.detach() > tau)).sum() / len(t) for t in per_token])
+    past_items = capped.detach() > c
+    assert 0 < past_items.sum() < len(capped) and (token_past > 0).any()
+    n = len(capped)
+    loss_r = loss_r + token_past.sum() / n + capped[past_items].sum() / n
+    loss_f = torch.minimum(capped, torch.tensor(c)).sum() / n
+    gr = torch.autograd.grad(loss_r, params, retain_graph=True)
+    gf = torch.autograd.grad(loss_f, params)
+    dot = lambda a, b: sum((x.double() * y.double()).sum() for x, y in zip(a, b)).reshape(1)  # noqa: E731
+    step = hamu_step(dot(gr, gr), dot(gf, gf), dot(gr, gf), eta=0.05, quota=0.01)
+    for p0, p1, a, b in zip(params, net.parameters(), gf, gr):
+        torch.testing.assert_close(p1 - p0, (step.coef_f[0] * a + step.coef_r[0] * b).float(), rtol=1e-3, atol=1e-7)
+    with pytest.raises(UserError, match="forget_token_cap needs a forget_ceiling"):
+        HAMUModule(CausalLM(config=tiny_llama_config(vocab_size=len(tok))), forget_token_cap=3.0)

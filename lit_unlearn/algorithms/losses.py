@@ -58,6 +58,22 @@ def sequence_nll(logits: Tensor, labels: Tensor, ignore_index: int = IGNORE_INDE
     return -sequence_logprob(logits, labels, ignore_index) / valid
 
 
+def token_capped_nll(logits: Tensor, labels: Tensor, cap: float,
+                     ignore_index: int = IGNORE_INDEX) -> tuple[Tensor, Tensor]:
+    """Per example, (mean over its target positions of min(nll_t, cap), mean of nll_t over the positions past the
+    cap, zero elsewhere), both [B] and both divided by the example's target count: the first is its NLL with no
+    token counted past `cap`, the second what the cap left out (so the two add up to the example's NLL)."""
+    flat_logits, flat_labels = _flat(logits, labels)
+    valid = flat_labels != ignore_index
+    nll = torch.nn.functional.cross_entropy(_upcast(flat_logits), flat_labels.clamp(min=0), reduction="none")
+    nll = (nll * valid).reshape(labels.shape[0], -1)
+    count = valid.reshape(labels.shape[0], -1).sum(-1)
+    if (count == 0).any():
+        raise ValueError("an example has no position with a target label")
+    past = nll.detach() > cap
+    return nll.clamp(max=cap).sum(-1) / count, (nll * past).sum(-1) / count
+
+
 def sequence_entropy(logits: Tensor, labels: Tensor, ignore_index: int = IGNORE_INDEX) -> Tensor:
     """Each example's mean predictive entropy −Σ_v p_v log p_v over its target positions, shape [B]."""
     valid = labels != ignore_index
