@@ -91,6 +91,7 @@ methods:
     # the budget: 2 epochs over forget10's 8 items at batch 8 is 2 steps; IdkDPO's own budget wins
     assert {r["steps"] for r in runs if r["method"] == "GA"} == {2} and {r["steps"] for r in runs
                                                                        if r["method"] == "IdkDPO"} == {1}
+    assert "(2 epochs over each forget set, batch 8" in results.read_text().splitlines()[0]  # the budget as run
     assert all(r["band ratio"] is not None and r["verified"] in (0.0, 1.0) for r in runs)
     grid = list(csv.DictReader((out / "grid.csv").open()))
     for method in ("GA", "IdkDPO"):

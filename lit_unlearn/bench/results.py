@@ -69,7 +69,9 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
             if r["world"] == val_world and r.get("phase") == "validation":
                 pick = chosen_point(chosen, r["method"], r["level"]) == r["point"] and r["method"] != "Target"
                 w.writerow([r["method"], r["level"], json.dumps(r["point"]), pick, *[r.get(c) for c in columns]])
-    lines = [f"# Bench ({bench.name.upper()}): every method, one setting ({spec.steps} steps, batch "
+    # The budget as the runs had it: epochs over each level's forget set win over the step count (spec.py).
+    budget = f"{spec.epochs:g} epochs over each forget set" if spec.epochs else f"{spec.steps} steps"
+    lines = [f"# Bench ({bench.name.upper()}): every method, one setting ({budget}, batch "
              f"{spec.batch_size}, seeds {spec.seeds})", "",
              "Mean ± std over seeds. Hyper-parameters chosen on the validation world: "
              f"{bench.criterion.format(floor=spec.utility_floor)}. Target = before unlearning.", ""]
