@@ -175,6 +175,24 @@ def test_baselines_move_the_loss_they_target_on_a_tiny_llama(tofu, name):
     assert (after < before) if name in ("FT", "SCRUB") else (after > before)
 
 
+def _first_pair(tofu, retain_batch_size=8, forget_batch_size=4):
+    """A datamodule over the fixture's data and its first (retain, forget) pair: what a 1-step fit trains on."""
+    folder, _, tok = tofu
+    dm = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=retain_batch_size,
+                        forget_batch_size=forget_batch_size)
+    dm.setup("fit")
+    retain, forget = next(iter(dm.train_dataloader()))
+    return dm, retain, forget
+
+
+def _answer_positions(model, batch):
+    """(logits, labels) at every answer position of a batch (shifted, padding and prompt dropped), plain torch."""
+    logits = model(batch["input_ids"], attention_mask=batch["attention_mask"])[:, :-1]
+    labels = batch["labels"][:, 1:]
+    keep = labels != -100
+    return logits[keep], labels[keep]
+
+
 def _per_item(net, batch):
     """(each item's mean answer NLL, each item's mean predictive entropy), written out with plain torch."""
     logits = net(batch["input_ids"], attention_mask=batch["attention_mask"])[:, :-1]
@@ -194,12 +212,10 @@ def test_hamus_named_options_step_as_written_out(tofu, options):
     """forget_ceiling c: L_f = mean_i min(NLL_i, c), L_r gains Σ_{NLL_i > c} NLL_i / n; preconditioner="adam":
     the closed form on ĝ = s ⊙ g with s = (√v̂ + ε)^(−1/2), v̂ = (g_r² + g_f²)/2 at the first step, and
     δ = s ⊙ u. Both recomputed here with autograd and hamu_step, against one step of the module."""
-    folder, _, tok = tofu
+    _, _, tok = tofu
     net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)))
     start = copy.deepcopy(net)
-    dm = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=8, forget_batch_size=4)
-    dm.setup("fit")
-    retain, forget = next(iter(dm.train_dataloader()))
+    dm, retain, forget = _first_pair(tofu)
     nll0, _ = _per_item(start, forget)
     middle = nll0.sort().values[1:3]  # a cap between two items' losses: some items past it, some not, no tie
     cap = float(middle.mean()) if options.get("forget_ceiling") else None
@@ -399,23 +415,15 @@ def test_base_distill_step_is_sgd_on_the_kl_to_the_base_written_out(tofu, tmp_pa
     lr, w_f, w_r = 0.05, 0.7, 0.4
     module = BaseDistillModule(net, base=str(tmp_path / "base"), lr=lr, optimizer="sgd", forget_weight=w_f,
                                retain_weight=w_r)
-    dm = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=8, forget_batch_size=8)
-    dm.setup("fit")
-    retain, forget = next(iter(dm.train_dataloader()))
+    dm, retain, forget = _first_pair(tofu, forget_batch_size=8)
     quick_trainer(1, limit_val_batches=0).fit(module, dm)
 
-    def answer_positions(model, batch):
-        logits = model(batch["input_ids"], attention_mask=batch["attention_mask"])[:, :-1]
-        labels = batch["labels"][:, 1:]
-        keep = labels != -100
-        return logits[keep], labels[keep]
-
     with torch.no_grad():
-        base_logits, _ = answer_positions(base, forget)
-    logits_f, _ = answer_positions(start, forget)
+        base_logits, _ = _answer_positions(base, forget)
+    logits_f, _ = _answer_positions(start, forget)
     p_base = torch.softmax(base_logits.double(), -1)
     kl = (p_base * (torch.log(p_base) - torch.log_softmax(logits_f.double(), -1))).sum(-1).mean()
-    logits_r, labels_r = answer_positions(start, retain)
+    logits_r, labels_r = _answer_positions(start, retain)
     loss = w_f * kl + w_r * torch.nn.functional.cross_entropy(logits_r.double(), labels_r)
     grads = torch.autograd.grad(loss, list(start.parameters()))
     for (n, p0), g, p1 in zip(start.named_parameters(), grads, module.network.parameters()):
@@ -428,7 +436,7 @@ def test_base_answers_relabel_forget_items_with_the_bases_greedy_answer_and_step
     −lr·∇[w_f·NLL(relabelled forget) + w_r·NLL(retain)] written out with plain torch."""
     from lit_unlearn.modules import BaseAnswersModule
 
-    folder, _, tok = tofu
+    _, _, tok = tofu
     base = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=2)
     base.save_pretrained(tmp_path / "base")
     net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=3)
@@ -436,9 +444,7 @@ def test_base_answers_relabel_forget_items_with_the_bases_greedy_answer_and_step
     lr, w_f, w_r, budget = 0.05, 0.6, 0.3, 7
     module = BaseAnswersModule(net, base=str(tmp_path / "base"), lr=lr, optimizer="sgd", forget_weight=w_f,
                                retain_weight=w_r, max_new_tokens=budget)
-    dm = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=8, forget_batch_size=4)
-    dm.setup("fit")
-    retain, forget = next(iter(dm.train_dataloader()))
+    dm, retain, forget = _first_pair(tofu)
     eos = base.model.generation_config.eos_token_id
     relabelled = module.relabelled(forget)
     for i in range(forget["input_ids"].shape[0]):
@@ -459,10 +465,8 @@ def test_base_answers_relabel_forget_items_with_the_bases_greedy_answer_and_step
     quick_trainer(1, limit_val_batches=0).fit(module, dm)
 
     def nll(model, batch):
-        logits = model(batch["input_ids"], attention_mask=batch["attention_mask"])[:, :-1]
-        labels = batch["labels"][:, 1:]
-        keep = labels != -100
-        return torch.nn.functional.cross_entropy(logits[keep].double(), labels[keep])
+        logits, labels = _answer_positions(model, batch)
+        return torch.nn.functional.cross_entropy(logits.double(), labels)
 
     loss = w_f * nll(start, relabelled) + w_r * nll(start, retain)
     grads = torch.autograd.grad(loss, list(start.parameters()))
@@ -476,12 +480,10 @@ def test_hamus_forget_token_cap_steps_as_written_out(tofu):
     token-capped NLLs as before. Token NLLs written out with a loop, against one step of the module."""
     from lit_unlearn.errors import UserError
 
-    folder, _, tok = tofu
+    _, _, tok = tofu
     net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)))
     start = copy.deepcopy(net)
-    dm = TofuDataModule(TofuSource(str(folder / "data")), tok, retain_batch_size=8, forget_batch_size=4)
-    dm.setup("fit")
-    retain, forget = next(iter(dm.train_dataloader()))
+    dm, retain, forget = _first_pair(tofu)
 
     def token_nlls(model):
         logits = model(forget["input_ids"], attention_mask=forget["attention_mask"])[:, :-1]

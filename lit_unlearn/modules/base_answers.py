@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_unlearn.algorithms.losses import IGNORE_INDEX
+from lit_unlearn.data.qa_format import pad_collate
 from lit_unlearn.errors import UserError
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
 
@@ -57,7 +58,8 @@ class BaseAnswersModule(ObjectiveUnlearningModule):
 
     @torch.no_grad()
     def base_answer(self, prompt: Tensor) -> Tensor:
-        """The base's greedy answer to one prompt (1-D token ids), ending with its end-of-sequence token."""
+        """The base's greedy answer to one prompt (1-D token ids, on the model's device), ending with its
+        end-of-sequence token; kept and returned on the CPU, where the relabelled batch is padded."""
         key = tuple(prompt.tolist())
         if key not in self._answers:
             new = self.reference.generate(prompt[None], torch.ones_like(prompt)[None],
@@ -67,7 +69,7 @@ class BaseAnswersModule(ObjectiveUnlearningModule):
             if eos is not None and (len(new) == 0 or new[-1].item() != eos):
                 new = torch.cat([new, new.new_tensor([eos])])
             self._answers[key] = new.cpu()
-        return self._answers[key].to(prompt.device)
+        return self._answers[key]
 
     def relabelled(self, batch) -> dict[str, Tensor]:
         """The forget batch with every answer replaced by the base's answer to the same prompt (right-padded)."""
@@ -78,15 +80,12 @@ class BaseAnswersModule(ObjectiveUnlearningModule):
             if len(answer_at) == 0:
                 raise UserError("a forget item has no answer tokens: nothing to relabel")
             prompt = ids[:answer_at[0, 0]]
-            answer = self.base_answer(prompt)
-            rows.append((torch.cat([prompt, answer]), torch.cat([torch.full_like(prompt, IGNORE_INDEX), answer])))
-        width = max(len(r[0]) for r in rows)
-        out_ids = batch["input_ids"].new_zeros((len(rows), width))
-        out_labels = torch.full_like(out_ids, IGNORE_INDEX)
-        out_mask = torch.zeros_like(out_ids)
-        for i, (ids, labels) in enumerate(rows):
-            out_ids[i, :len(ids)], out_labels[i, :len(ids)], out_mask[i, :len(ids)] = ids, labels, 1
-        return {"input_ids": out_ids, "attention_mask": out_mask, "labels": out_labels}
+            answer, prompt = self.base_answer(prompt), prompt.cpu()
+            rows.append({"input_ids": torch.cat([prompt, answer]),
+                         "labels": torch.cat([torch.full_like(prompt, IGNORE_INDEX), answer])})
+        # pad id 0: padding sits after every real token and is masked, so its value never reaches a loss
+        device = batch["input_ids"].device
+        return {k: v.to(device) for k, v in pad_collate(0)(rows).items()}
 
     def objective(self, retain_batch, forget_batch):
         loss_alt = self.checked_loss(self.relabelled(forget_batch), "forget (base answers)")

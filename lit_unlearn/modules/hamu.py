@@ -244,12 +244,9 @@ class HAMUModule(UnlearningModule):
     def _capped_terms(self, batch, cap) -> tuple[Tensor, Tensor]:
         """(Σ over items of their capped terms, Σ over items of what is past the caps), each over the global
         batch's item count: L_f and the retain side's hold on the items past the caps."""
-        nll, entropy, count = self.item_losses(batch, with_entropy=cap[1] is not None)
-        token_past = None
-        if self.forget_token_cap is not None:  # each item's NLL without its tokens past τ; those are held instead
-            from lit_unlearn.algorithms.losses import token_capped_nll
-
-            nll, token_past = token_capped_nll(*self.logits_and_labels(batch), self.forget_token_cap)
+        # With a token cap each item's NLL leaves out its tokens past τ; those are held instead, like the items past c.
+        nll, entropy, count, token_past = self.item_losses(batch, with_entropy=cap[1] is not None,
+                                                           token_cap=self.forget_token_cap)
         terms = [(nll, cap[0])] + ([(entropy, cap[1])] if cap[1] is not None else [])
         capped = sum(v.clamp(max=c).sum() for v, c in terms) / count
         past = sum((v * (v.detach() > c).to(v.dtype)).sum() for v, c in terms) / count

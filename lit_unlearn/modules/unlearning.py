@@ -99,14 +99,21 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule):
             loss = loss * (local * world / total).to(loss.dtype)
         return loss
 
-    def item_losses(self, batch, with_entropy: bool = False) -> tuple[Tensor, Tensor | None, float]:
+    def item_losses(self, batch, with_entropy: bool = False, token_cap: float | None = None
+                    ) -> tuple[Tensor, Tensor | None, float, Tensor | None]:
         """(each sequence's mean NLL [B], its mean predictive entropy [B] if asked, the global batch's sequence
-        count): per-item values whose sums divided by that count are means over the *global* batch under data
-        parallelism."""
-        from lit_unlearn.algorithms.losses import sequence_entropy, sequence_nll
+        count, what a token cap left out [B] or None): per-item values whose sums divided by that count are means
+        over the *global* batch under data parallelism. With `token_cap` τ the NLL is each sequence's mean of
+        min(nll_t, τ) and the last value its mean of nll_t over the tokens past τ (losses.token_capped_nll), from
+        the same forward pass."""
+        from lit_unlearn.algorithms.losses import sequence_entropy, sequence_nll, token_capped_nll
 
         logits, labels = self.logits_and_labels(batch)
-        nll = sequence_nll(logits, labels)
+        token_past = None
+        if token_cap is None:
+            nll = sequence_nll(logits, labels)
+        else:
+            nll, token_past = token_capped_nll(logits, labels, token_cap)
         entropy = sequence_entropy(logits, labels) if with_entropy else None
         count = float(labels.shape[0])
         world = self.trainer.world_size if self._trainer is not None else 1
@@ -114,7 +121,7 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule):
             total = torch.tensor(count, dtype=torch.float64, device=nll.device)
             dist.all_reduce(total)
             count = float(total) / world  # each rank's sum over count, averaged over ranks, is the global mean
-        return nll, entropy, count
+        return nll, entropy, count, token_past
 
     # ----- helpers for subclasses ----------------------------------------------------------------------------------
     @property
