@@ -3,9 +3,10 @@
     python benchmarks/hamu_forgetting_options.py [--seed 0] [--level 01] [--worlds runs/tofu/worlds]
         [--out runs/hamu_options] [--write docs/generated/hamu_options.md]
 
-`lit-unlearn tofu-demo` (HAMU with the quota controller, steered by the holdout NLL and stopped by the verification)
+`lit-unlearn tofu-demo --preset tofu_tiny_hamu` (HAMU with the quota controller, steered by the holdout NLL and
+stopped by the verification)
 four times, differing only in HAMU's options: the paper's form (no forget ceiling), `forget_ceiling=holdout` (the
-demo's default), and that plus `forget_entropy` or `preconditioner=adam`. Reported per run: the stop rule's
+preset's default), and that plus `forget_entropy` or `preconditioner=adam`. Reported per run: the stop rule's
 outcome, the reporting half's AUC of every attack, the pooled and per-author bands against their margins, utility
 against the target's, and each forget author's mean answer NLL beside the holdout items'.
 """
@@ -40,8 +41,8 @@ def main() -> None:
     for name, options in VARIANTS.items():
         folder = Path(args.out) / "".join(c if c.isalnum() else "_" for c in name).strip("_")
         folder.mkdir(parents=True, exist_ok=True)
-        command = ["tofu-demo", "--seed", str(args.seed), "--level", args.level, "--worlds",
-                   str(Path(args.worlds).resolve()), "--trainer.enable_progress_bar=false", *options]
+        command = ["tofu-demo", "--preset", "tofu_tiny_hamu", "--seed", str(args.seed), "--level", args.level,
+                   "--worlds", str(Path(args.worlds).resolve()), "--trainer.enable_progress_bar=false", *options]
         started = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "lit_unlearn", *command], cwd=folder, capture_output=True,
                               text=True)

@@ -222,7 +222,15 @@ class HoldoutVerification(Callback):
         level = self._holdout_level(trainer, pl_module)
         return None if level is None else level.get("holdout_entropy")
 
-    def _holdout_level(self, trainer, pl_module) -> dict | None:
+    def holdout_token_profile(self, trainer=None, pl_module=None) -> dict[str, list[float]] | None:
+        """Quantile grids of the model's per-token surprisal −log p(y_t) and Min-K %++ score z_t over the answer
+        tokens of the steering half's holdout items (as fresh as holdout_loss; _token_profile): what unseen items
+        look like to the model token by token (HoldoutMatch steers each forget item's tokens there)."""
+        level = self._holdout_level(trainer, pl_module, profile=True)
+        keys = ("surprisal", "z", "surprisal_pooled", "z_pooled")
+        return None if level is None or "z" not in level else {k: level[k] for k in keys}
+
+    def _holdout_level(self, trainer, pl_module, profile: bool = False) -> dict | None:
         """The freshest holdout NLL and entropy of a look or a measurement; measured (holdout items only: no forget
         item, no attack, no verdict) when the freshest is holdout_every_n_steps steps old or older."""
         fresh = max((x for x in (self.last, self.holdout_level) if x is not None), key=lambda x: x["step"],
@@ -230,7 +238,7 @@ class HoldoutVerification(Callback):
         if trainer is None or pl_module is None:
             return fresh
         step = trainer.global_step
-        if fresh is not None and step - fresh["step"] < self.holdout_every_n_steps:
+        if fresh is not None and step - fresh["step"] < self.holdout_every_n_steps and (not profile or "z" in fresh):
             return fresh
         rows = self._splits["steering"]["holdout"]
         scoring = self._evaluator(trainer, "steering").scoring
@@ -243,7 +251,8 @@ class HoldoutVerification(Callback):
             scoring.new_run()  # these weights are about to change
         self.holdout_measurements += 1
         self.holdout_level = {"step": step, "holdout_nll": sum(st.nll for st in stats) / len(stats),
-                              "holdout_entropy": sum(-float(st.mu.double().mean()) for st in stats) / len(stats)}
+                              "holdout_entropy": sum(-float(st.mu.double().mean()) for st in stats) / len(stats),
+                              **_token_profile(stats)}
         return self.holdout_level
 
     def wants_more_forgetting(self) -> bool | None:
@@ -391,3 +400,21 @@ def _spread(values: list, positions, n: int) -> list:
     for v, i in zip(values, positions):
         out[i] = v
     return out
+
+
+def _token_profile(stats) -> dict[str, list[float]]:
+    """Quantile grids of per-token surprisal and Min-K %++ z over the scored answers: the holdout items' barycenter
+    (each item's quantile function, averaged over items; keys surprisal, z) and the pooled tokens' quantiles
+    (surprisal_pooled, z_pooled). lit_unlearn.algorithms.token_profile's convention: every answer token, σ floored
+    at MIN_STD."""
+    import torch
+
+    from lit_unlearn.algorithms.token_profile import MIN_STD, barycenter_grid, quantile_grid
+
+    surprisal, z = [], []
+    for st in stats:
+        logp, mu = st.logp.double(), st.mu.double()
+        surprisal.append(-logp)
+        z.append((logp - mu) / st.var.double().clamp_min(0).add(MIN_STD ** 2).sqrt())
+    return {"surprisal": barycenter_grid(surprisal), "z": barycenter_grid(z),
+            "surprisal_pooled": quantile_grid(torch.cat(surprisal)), "z_pooled": quantile_grid(torch.cat(z))}

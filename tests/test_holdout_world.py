@@ -84,12 +84,14 @@ class _TrackedRow(dict):
 
 @pytest.fixture(scope="module")
 def short_run(tofu_world, tmp_path_factory):
-    """tofu-demo's HAMU configuration for 10 steps (looks every 5) on the shared world, the forget and holdout
-    rows of both halves instrumented, StopAtTarget's looks and the controller's steps marked as decisions."""
+    """tofu-demo's default configuration (HoldoutMatch) for 10 steps (looks every 5) on the shared world, the
+    forget and holdout rows of both halves instrumented, StopAtTarget's looks, the training objective (which reads
+    the holdout items' profile) and HAMU's quota controller marked as decisions."""
     import lightning.pytorch as pl
 
     from lit_unlearn.callbacks import HoldoutVerification, QuotaController, StopAtTarget, TofuEvaluation
     from lit_unlearn.launch.runs import build_run, fit_run
+    from lit_unlearn.modules import HoldoutMatchModule
 
     folder = tmp_path_factory.mktemp("short_run")
     cwd = os.getcwd()
@@ -113,10 +115,12 @@ def short_run(tofu_world, tmp_path_factory):
                 _Reads.deciding = False
         return wrapped
 
-    originals = StopAtTarget.evaluate, QuotaController.quota
-    StopAtTarget.evaluate, QuotaController.quota = deciding(StopAtTarget.evaluate), deciding(QuotaController.quota)
+    originals = StopAtTarget.evaluate, QuotaController.quota, HoldoutMatchModule.objective
+    StopAtTarget.evaluate, QuotaController.quota, HoldoutMatchModule.objective = (
+        deciding(StopAtTarget.evaluate), deciding(QuotaController.quota), deciding(HoldoutMatchModule.objective))
     try:
-        launched = build_run(["--trainer.max_steps=10", "--trainer.enable_progress_bar=false"], "tofu_tiny_hamu")
+        launched = build_run(["--trainer.max_steps=10", "--trainer.enable_progress_bar=false"],
+                             "tofu_tiny_holdout_match")
         callbacks = launched.trainer.callbacks
         callbacks[:] = [cb for cb in callbacks if not isinstance(cb, TofuEvaluation)]  # the gold table: not needed here
         hv = next(i for i, cb in enumerate(callbacks) if isinstance(cb, HoldoutVerification))
@@ -124,9 +128,9 @@ def short_run(tofu_world, tmp_path_factory):
         _Reads.log = []
         fit_run(launched)
     finally:
-        StopAtTarget.evaluate, QuotaController.quota = originals
+        StopAtTarget.evaluate, QuotaController.quota, HoldoutMatchModule.objective = originals
         os.chdir(cwd)
-    return folder / "runs/tofu/hamu/version_0", list(_Reads.log)
+    return folder / "runs/tofu/holdout_match/version_0", list(_Reads.log)
 
 
 def test_the_runs_checkpoint_exports_to_the_same_weights_as_its_final_model(short_run):

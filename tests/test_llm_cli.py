@@ -16,19 +16,19 @@ def cli(args, cwd, env):
 
 
 @pytest.mark.slow
-def test_tofu_demo_end_to_end_verifies_on_the_half_no_decision_read_and_standalone_eval_reproduces_it(
+def test_tofu_demo_end_to_end_meets_its_target_on_the_half_no_decision_read_and_standalone_eval_reproduces_it(
         tmp_path, subprocess_env, tofu_world):
-    """The default job as a user runs it (world seed 0, forget01; 10 steps here: looks at steps 0, 5 and 10): HAMU with the quota controller,
-    looks at the steering half every 5 steps, the verdict on the reporting half (its numbers recomputed here from
-    the per-item scores it saved), the TOFU table with the gold standard, TensorBoard, and the final weights as a
-    Hugging Face folder that `tofu-eval` scores as the callback did. Whether the default target is met is a result
-    (docs/generated/tofu_demo_01.md, from benchmarks/tofu_demo_seeds.py), not asserted here."""
+    """The default job as a user runs it, whole (world seed 0, forget01): HoldoutMatch, looks at the steering half
+    every 5 steps, meets its target (the reference-free verification and model utility ≥ 0.95 × the target's) and
+    passes on the reporting half (its numbers recomputed here from the per-item scores it saved), the TOFU table
+    with the gold standard, TensorBoard, and the final weights as a Hugging Face folder that `tofu-eval` scores as
+    the callback did. Every seed of every level: benchmarks/tofu_demo_seeds.py (docs/generated/tofu_demo_*.md)."""
     from lit_unlearn.verification.holdout_equivalence import holdout_verdict
 
-    out = cli(["tofu-demo", "--worlds", str(tofu_world.folder.parent), "--trainer.max_steps=10",
-               "--trainer.enable_progress_bar=false"], tmp_path, subprocess_env)
+    out = cli(["tofu-demo", "--worlds", str(tofu_world.folder.parent), "--trainer.enable_progress_bar=false"],
+              tmp_path, subprocess_env)
     assert "StopAtTarget 'holdout_band_ratio <= 1 and model_utility_ratio >= 0.95'" in out.stdout, out.stdout[-3000:]
-    run = tmp_path / "runs/tofu/hamu/version_0"
+    run = tmp_path / "runs/tofu/holdout_match/version_0"
     result = json.loads((run / "holdout_verification.json").read_text())
     after, before = result["after"], result["before"]
     assert not before["passed"] and before["band_ratio"] > 1.4  # the target: every attack near AUC 1
@@ -39,7 +39,9 @@ def test_tofu_demo_end_to_end_verifies_on_the_half_no_decision_read_and_standalo
                             groups["holdout"], result["delta"], result["delta_author"], result["alpha"])
     assert again.band_ratio == pytest.approx(after["verdict"]["band_ratio"], abs=1e-12)
     assert again.passed == after["verdict"]["passed"]
-    assert f"Reference-free verification: {'PASSED' if again.passed else 'FAILED'}" in out.stdout
+    assert again.passed and after["model_utility_ratio"] >= 0.95, after  # the default target, met and reported
+    assert "Reference-free verification: PASSED" in out.stdout
+    assert "'holdout_band_ratio <= 1 and model_utility_ratio >= 0.95': met at step" in out.stdout
     assert (run / "model" / "model.safetensors").is_file()  # the final weights, loadable by other tools
     events = list(run.glob("events.out.tfevents.*"))
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -69,7 +71,7 @@ def test_tofu_demo_end_to_end_verifies_on_the_half_no_decision_read_and_standalo
 @pytest.mark.parametrize("preset", ["tofu_llama2_7b_hamu_zero2", "tofu_llama2_7b_hamu_zero3",
                                     "waterdrum_llama2_7b_hamu_lora", "tofu_llama2_7b_ofmu_lora", "tofu_llama2_7b_ofmu_zero3",
                                     "tofu_tiny_ofmu", "tofu_tiny_npo", "tofu_tiny_simnpo", "tofu_tiny_idkdpo",
-                                    "tofu_tiny_rmu", "tofu_tiny_base_distill", "tofu_tiny_base_answers", "tofu_llama2_7b_simnpo", "tofu_llama2_7b_idkdpo",
+                                    "tofu_tiny_rmu", "tofu_tiny_holdout_match", "tofu_tiny_base_distill", "tofu_tiny_base_answers", "tofu_llama2_7b_simnpo", "tofu_llama2_7b_idkdpo",
                                     "tofu_llama2_7b_rmu", "tofu_llama2_7b_npo", "muse_news_llama2_7b_npo"])
 def test_llm_configs_parse(preset, capsys):
     """Each packaged LLM config parses through the command line (in this process: the process is not the point)."""

@@ -430,6 +430,68 @@ def test_base_distill_step_is_sgd_on_the_kl_to_the_base_written_out(tofu, tmp_pa
         torch.testing.assert_close(p1.detach() - p0.detach(), (-lr * g).float(), rtol=1e-4, atol=1e-7, msg=n)
 
 
+def test_holdout_match_steps_on_the_w1_to_the_holdout_items_token_profile_written_out(tofu, tmp_path, monkeypatch):
+    """HoldoutMatch: the holdout profile is the start weights' per-token surprisal and Min-K %++ z over the steering
+    half's holdout answers (each item's numpy quantiles averaged over items, the barycenter; and the pooled
+    tokens' quantiles), from values written out with plain torch, and one SGD step equals
+    −lr·∇[w_f·mean_i (W1(s_i) + z_w·W1(z_i)) + w_r·NLL(retain)], W1 written out per item with numpy's quantiles."""
+    import numpy as np
+
+    from lit_unlearn.callbacks import HoldoutVerification
+    from lit_unlearn.modules import HoldoutMatchModule
+
+    folder, _, tok = tofu
+    monkeypatch.chdir(tmp_path)
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=3)
+    start = copy.deepcopy(net)
+    lr, w_f, w_r, w_z = 0.05, 0.7, 0.4, 0.3
+    module = HoldoutMatchModule(net, lr=lr, optimizer="sgd", forget_weight=w_f, retain_weight=w_r, z_weight=w_z)
+    verification = HoldoutVerification(items_per_author=4, n_boot=200)
+    dm, retain, forget = _first_pair(tofu, forget_batch_size=4)
+    quick_trainer(1, callbacks=[verification], limit_val_batches=0).fit(module, dm)
+
+    def per_token(model, batch):  # [(surprisal, z) of each item's answer tokens]
+        logits = model(batch["input_ids"], attention_mask=batch["attention_mask"])[:, :-1].double()
+        labels = batch["labels"][:, 1:]
+        out = []
+        for i in range(labels.shape[0]):
+            keep = labels[i] != -100
+            logp = torch.log_softmax(logits[i][keep], -1)
+            picked = logp.gather(-1, labels[i][keep].unsqueeze(-1)).squeeze(-1)
+            mu = (logp.exp() * logp).sum(-1)
+            sd = ((logp.exp() * (logp - mu.unsqueeze(-1)).square()).sum(-1) + 1e-8).sqrt()
+            out.append((-picked, (picked - mu) / sd))
+        return out
+
+    rows = verification._splits["steering"]["holdout"]
+    holdout = pad_collate(tok.pad_token_id)([dm.formatter.encode(r["question"], r["answer"]) for r in rows])
+    with torch.no_grad():
+        pooled = per_token(start, holdout)
+    levels = np.linspace(0, 1, 101)
+    profile = verification.holdout_token_profile()  # measured once, on the start weights (the only step's)
+    for k, key in enumerate(("surprisal", "z")):  # z to 1e-3: the scorer's float32 moments
+        barycenter = np.mean([np.quantile(p[k].numpy(), levels) for p in pooled], axis=0)
+        np.testing.assert_allclose(profile[key], barycenter, rtol=1e-3, atol=1e-3 if k else 1e-5)
+        np.testing.assert_allclose(profile[key + "_pooled"], np.quantile(torch.cat([p[k] for p in pooled]).numpy(),
+                                                                         levels), rtol=1e-3, atol=1e-3 if k else 1e-5)
+    grids = [np.array(profile["surprisal"]), np.array(profile["z"])]  # the same signs |v − Q| takes in the step
+
+    def w1(values, grid):
+        v, _ = torch.sort(values)
+        u = (np.arange(len(v)) + 0.5) / len(v)
+        return (v - torch.tensor(np.interp(u, levels, grid))).abs().mean()
+
+    items = per_token(start, forget)
+    forget_term = torch.stack([w1(s, grids[0]) + w_z * w1(z, grids[1]) for s, z in items]).mean()
+    logits_r, labels_r = _answer_positions(start, retain)
+    loss = w_f * forget_term + w_r * torch.nn.functional.cross_entropy(logits_r.double(), labels_r)
+    grads = torch.autograd.grad(loss, list(start.parameters()))
+    for (n, p0), g, p1 in zip(start.named_parameters(), grads, module.network.parameters()):
+        torch.testing.assert_close(p1.detach() - p0.detach(), (-lr * g).float(), rtol=1e-4, atol=1e-7, msg=n)
+    with pytest.raises(Exception, match="add lit_unlearn.callbacks.HoldoutVerification"):
+        quick_trainer(1, limit_val_batches=0).fit(HoldoutMatchModule(copy.deepcopy(start)), dm)
+
+
 def test_base_answers_relabel_forget_items_with_the_bases_greedy_answer_and_step_on_their_nll(tofu, tmp_path):
     """BaseAnswers: each forget item keeps its prompt and gets the base's greedy answer (checked against a greedy
     loop written out: argmax until end-of-sequence or the budget), and one SGD step equals

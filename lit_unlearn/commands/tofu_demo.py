@@ -11,9 +11,9 @@ ROOT = "runs/tofu"  # the packaged tofu_tiny_* configs read runs/tofu/world
 
 
 @command("tofu-demo", "offline TOFU from the real release: tiny target, unlearning verified against holdout authors",
-         training=True, preset="tofu_tiny_hamu", target=True, order=55,
+         training=True, preset="tofu_tiny_holdout_match", target=True, order=55,
          examples=("lit-unlearn tofu-demo", "lit-unlearn tofu-demo --seed 1", "lit-unlearn tofu-demo --level 05",
-                   "lit-unlearn tofu-demo --preset tofu_tiny_npo", "lit-unlearn tofu-demo --generated"))
+                   "lit-unlearn tofu-demo --preset tofu_tiny_hamu", "lit-unlearn tofu-demo --generated"))
 def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None, seed: int = 0,
               level: Literal["01", "05", "10"] = "01", fresh: bool = False, generated: bool = False,
               worlds: str = f"{ROOT}/worlds", audit: bool = False) -> None:
@@ -22,8 +22,9 @@ def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None,
     tiny Llama target fine-tuned on the retain and forget authors together, a retain-only model (the gold
     standard, for the report only), then unlearning of TOFU's forget01 (--level) verified against TOFU's holdout
     authors: membership attacks cannot tell forget from holdout items (an equivalence test on the half of the items
-    no decision read). The default (HAMU with the quota controller, steered by the holdout NLL) stops at
-    "holdout_band_ratio <= 1 and model_utility_ratio >= 0.95" and ends on the closest weights. Worlds are cached
+    no decision read). The default (HoldoutMatch: each forget item's per-token surprisal and Min-K %++ scores
+    steered to the holdout items', the retain set kept) stops at "holdout_band_ratio <= 1 and model_utility_ratio
+    >= 0.95" and ends on the closest weights; `--preset tofu_tiny_hamu` runs HAMU instead. Worlds are cached
     under runs/tofu/worlds/ (--worlds, one folder per seed and recipe) and runs/tofu/world points at the one in use.
 
     Args:

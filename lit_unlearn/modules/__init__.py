@@ -7,6 +7,7 @@ from lit_unlearn.modules.ft import FTModule
 from lit_unlearn.modules.ga import GAModule
 from lit_unlearn.modules.graddiff import GradDiffModule
 from lit_unlearn.modules.hamu import HAMUModule
+from lit_unlearn.modules.holdout_match import HoldoutMatchModule
 from lit_unlearn.modules.idkdpo import IdkDPOModule
 from lit_unlearn.modules.kl import KLModule
 from lit_unlearn.modules.npo import NPOModule
@@ -18,5 +19,5 @@ from lit_unlearn.modules.simnpo import SimNPOModule
 from lit_unlearn.modules.unlearning import UnlearningModule
 
 __all__ = ["BaseAnswersModule", "BaseDistillModule", "ClassifierModule", "FTModule", "GAModule", "GradDiffModule",
-           "HAMUModule", "IdkDPOModule", "KLModule", "NPOModule", "ObjectiveUnlearningModule", "OFMUModule", "RMUModule",
+           "HAMUModule", "HoldoutMatchModule", "IdkDPOModule", "KLModule", "NPOModule", "ObjectiveUnlearningModule", "OFMUModule", "RMUModule",
            "SCRUBModule", "SimNPOModule", "SupervisedModule", "UnlearningModule"]
