@@ -430,11 +430,15 @@ def test_base_distill_step_is_sgd_on_the_kl_to_the_base_written_out(tofu, tmp_pa
         torch.testing.assert_close(p1.detach() - p0.detach(), (-lr * g).float(), rtol=1e-4, atol=1e-7, msg=n)
 
 
-def test_holdout_match_steps_on_the_w1_to_the_holdout_items_token_profile_written_out(tofu, tmp_path, monkeypatch):
+@pytest.mark.parametrize("sam_rho", [0.0, 0.05])
+def test_holdout_match_steps_on_the_w1_to_the_holdout_items_token_profile_written_out(tofu, tmp_path, monkeypatch,
+                                                                                      sam_rho):
     """HoldoutMatch: the holdout profile is the start weights' per-token surprisal and Min-K %++ z over the steering
     half's holdout answers (each item's numpy quantiles averaged over items, the barycenter; and the pooled
     tokens' quantiles), from values written out with plain torch, and one SGD step equals
-    −lr·∇[w_f·mean_i (W1(s_i) + z_w·W1(z_i)) + w_r·NLL(retain)], W1 written out per item with numpy's quantiles."""
+    −lr·∇[w_f·mean_i (W1(s_i) + z_w·W1(z_i)) + w_r·NLL(retain)], W1 written out per item with numpy's quantiles;
+    with sam_rho ρ, the forget term's gradient is taken at θ + ρ·g/‖g‖ (g: its gradient at θ), the retain term's
+    at θ."""
     import numpy as np
 
     from lit_unlearn.callbacks import HoldoutVerification
@@ -445,7 +449,8 @@ def test_holdout_match_steps_on_the_w1_to_the_holdout_items_token_profile_writte
     net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=3)
     start = copy.deepcopy(net)
     lr, w_f, w_r, w_z = 0.05, 0.7, 0.4, 0.3
-    module = HoldoutMatchModule(net, lr=lr, optimizer="sgd", forget_weight=w_f, retain_weight=w_r, z_weight=w_z)
+    module = HoldoutMatchModule(net, lr=lr, optimizer="sgd", forget_weight=w_f, retain_weight=w_r, z_weight=w_z,
+                                sam_rho=sam_rho)
     verification = HoldoutVerification(items_per_author=4, n_boot=200)
     dm, retain, forget = _first_pair(tofu, forget_batch_size=4)
     quick_trainer(1, callbacks=[verification], limit_val_batches=0).fit(module, dm)
@@ -481,11 +486,21 @@ def test_holdout_match_steps_on_the_w1_to_the_holdout_items_token_profile_writte
         u = (np.arange(len(v)) + 0.5) / len(v)
         return (v - torch.tensor(np.interp(u, levels, grid))).abs().mean()
 
-    items = per_token(start, forget)
-    forget_term = torch.stack([w1(s, grids[0]) + w_z * w1(z, grids[1]) for s, z in items]).mean()
+    def forget_term(model):
+        return w_f * torch.stack([w1(s, grids[0]) + w_z * w1(z, grids[1]) for s, z in per_token(model, forget)]).mean()
+
+    params = list(start.parameters())
+    g_f = torch.autograd.grad(forget_term(start), params)
+    if sam_rho:
+        shifted = copy.deepcopy(start)
+        norm = torch.sqrt(sum(g.double().square().sum() for g in g_f))
+        with torch.no_grad():
+            for p, g in zip(shifted.parameters(), g_f):
+                p.add_(sam_rho / norm * g)
+        g_f = torch.autograd.grad(forget_term(shifted), list(shifted.parameters()))
     logits_r, labels_r = _answer_positions(start, retain)
-    loss = w_f * forget_term + w_r * torch.nn.functional.cross_entropy(logits_r.double(), labels_r)
-    grads = torch.autograd.grad(loss, list(start.parameters()))
+    g_r = torch.autograd.grad(w_r * torch.nn.functional.cross_entropy(logits_r.double(), labels_r), params)
+    grads = [a + b for a, b in zip(g_f, g_r)]
     for (n, p0), g, p1 in zip(start.named_parameters(), grads, module.network.parameters()):
         torch.testing.assert_close(p1.detach() - p0.detach(), (-lr * g).float(), rtol=1e-4, atol=1e-7, msg=n)
     with pytest.raises(Exception, match="add lit_unlearn.callbacks.HoldoutVerification"):

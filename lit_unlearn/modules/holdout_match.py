@@ -12,12 +12,19 @@ ascent instead raises the surprisal of a few tokens far past anything unseen (th
 gradient norm read) while the rest stay memorised; W1 to the holdout profile moves each token by its rank, raises
 the memorised ones, lowers the overshot ones, and has nothing to gain past the holdout profile.
 
+One named option, off by default: `sam_rho` ρ, the sharpness-aware form of the forget term (Fan et al., ICML 2025,
+"Towards LLM unlearning resilient to relearning attacks: a sharpness-aware minimization perspective"): its gradient
+is taken at θ + ρ·g/‖g‖, g the forget term's gradient at θ, so the step seeks weights where the forget items stay
+unseen-looking under a small weight change, which is what a relearning attack makes. The retain term's gradient
+stays at θ.
+
 Reference-free: the holdout items are what a Llama-2-7B user has (TOFU's holdout split, or their own); no
 retain-only model is read, and only the steering half of the holdout items is.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from lit_unlearn.algorithms.token_profile import profile_distance, token_surprisal_and_z
@@ -30,7 +37,7 @@ __all__ = ["HoldoutMatchModule"]
 class HoldoutMatchModule(ObjectiveUnlearningModule):
     def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3,
                  retain_weight: float = 1.0, forget_weight: float = 1.0, z_weight: float = 1.0,
-                 profile: str = "barycenter",
+                 profile: str = "barycenter", sam_rho: float = 0.0,
                  optimizer: str = "adamw", momentum: float = 0.0, weight_decay: float = 0.0,
                  freeze_batchnorm: bool = True, log_every_n_steps: int | None = None) -> None:
         """
@@ -40,12 +47,16 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
             profile: "barycenter" (each holdout item's quantile function averaged: a typical unseen item) or
                 "pooled" (the quantiles of all holdout tokens together, whose tails are more extreme than a
                 typical item's; lit_unlearn.algorithms.token_profile.barycenter_grid).
+            sam_rho: ρ > 0 takes the forget term's gradient at θ + ρ·g/‖g‖ (sharpness-aware; a named option,
+                0 is the plain form); one more forward and backward pass on the forget batch per step.
         """
         if z_weight < 0:
             raise UserError(f"HoldoutMatch: z_weight must be ≥ 0, got {z_weight}")
         if profile not in ("barycenter", "pooled"):
             raise UserError(f"HoldoutMatch: profile must be 'barycenter' or 'pooled', got {profile!r}")
-        self.profile = profile
+        if not sam_rho >= 0:
+            raise UserError(f"HoldoutMatch: sam_rho must be ≥ 0, got {sam_rho}")
+        self.profile, self.sam_rho = profile, sam_rho
         super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
                          log_every_n_steps)
         self.retain_weight, self.forget_weight, self.z_weight = retain_weight, forget_weight, z_weight
@@ -53,6 +64,9 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
+        if self.sam_rho and self.zero_stage:
+            raise UserError("HoldoutMatch's sam_rho shifts the weights in place between two passes, which DeepSpeed's "
+                            "engine does not see: use DDP or one process, or sam_rho=0")
         if stage == "fit":
             self._profile_source = next((cb for cb in self.trainer.callbacks
                                          if hasattr(cb, "holdout_token_profile")), None)
@@ -61,13 +75,55 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
                                 "lit_unlearn.callbacks.HoldoutVerification to trainer.callbacks (it needs a holdout "
                                 "split)")
 
-    def objective(self, retain_batch, forget_batch):
+    def forget_term(self, forget_batch):
+        """w_f·mean_i [W1(s_i, Q_s) + z_w·W1(z_i, Q_z)] and its logs, at the current weights."""
         profile = self._profile_source.holdout_token_profile(self.trainer, self)
         logits, labels = self.logits_and_labels(forget_batch)
         surprisal, z, mask = token_surprisal_and_z(logits, labels)
         suffix = "_pooled" if self.profile == "pooled" else ""
         distance_s = profile_distance(surprisal, mask, profile["surprisal" + suffix]).mean()
         distance_z = profile_distance(z, mask, profile["z" + suffix]).mean()
-        forget_term = distance_s + self.z_weight * distance_z
         logs = {"train/forget_surprisal_w1": distance_s.detach(), "train/forget_z_w1": distance_z.detach()}
-        return self.plus_retain_nll(forget_term, retain_batch, logs), logs
+        return self.forget_weight * (distance_s + self.z_weight * distance_z), logs
+
+    def objective(self, retain_batch, forget_batch):
+        term, logs = self.forget_term(forget_batch)
+        logs = dict(logs)
+        loss = term
+        if self.retain_weight:
+            loss_r = self.checked_loss(retain_batch, "retain")
+            loss = loss + self.retain_weight * loss_r
+            logs["train/retain_loss"] = loss_r.detach()
+        return loss, logs
+
+    def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
+        if not self.sam_rho:
+            return super().unlearning_step(retain_batch, forget_batch)
+        opt = self.optimizers()
+        opt.zero_grad(set_to_none=True)
+        params = [p for p in self.network.parameters() if p.requires_grad]
+        term, logs = self.forget_term(forget_batch)
+        grads = torch.autograd.grad(self.checked(term, "forget term"), params, allow_unused=True)
+        norm = torch.sqrt(sum(g.double().square().sum() for g in grads if g is not None))
+        shifts = [None if g is None else (self.sam_rho / (float(norm) + 1e-12)) * g for g in grads]
+        with torch.no_grad():
+            for p, e in zip(params, shifts):
+                if e is not None:
+                    p.add_(e)
+        try:
+            shifted, _ = self.forget_term(forget_batch)
+            self.manual_backward(self.checked(shifted, "forget term at the sharpness-aware shift"))
+        finally:
+            with torch.no_grad():
+                for p, e in zip(params, shifts):
+                    if e is not None:
+                        p.sub_(e)
+        if self.retain_weight:
+            loss_r = self.checked_loss(retain_batch, "retain")
+            self.manual_backward(self.retain_weight * loss_r)
+            logs["train/retain_loss"] = loss_r.detach()
+        opt.step()
+        if not self.should_compute_diagnostics():
+            return {}
+        return {"train/objective": float(term) + self.retain_weight * float(logs.get("train/retain_loss", 0.0)),
+                **{k: float(v) for k, v in logs.items()}}
