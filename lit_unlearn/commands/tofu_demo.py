@@ -8,10 +8,14 @@ from typing import Literal
 from lit_unlearn.commands import command
 
 ROOT = "runs/tofu"  # the packaged tofu_tiny_* configs read runs/tofu/world
+DEFAULT_PRESET = "tofu_tiny_holdout_match"
+# The default's settings chosen at a level (docs/llm.md), run whenever the preset is the default's name; to run the
+# forget01 settings at forget10: --model.init_args.lr=1e-3 --trainer.max_steps=150.
+LEVEL_PRESETS = {"10": "tofu_tiny_holdout_match_10"}
 
 
 @command("tofu-demo", "offline TOFU from the real release: tiny target, unlearning verified against holdout authors",
-         training=True, preset="tofu_tiny_holdout_match", target=True, order=55,
+         training=True, preset=DEFAULT_PRESET, target=True, order=55,
          examples=("lit-unlearn tofu-demo", "lit-unlearn tofu-demo --seed 1", "lit-unlearn tofu-demo --level 05",
                    "lit-unlearn tofu-demo --preset tofu_tiny_hamu", "lit-unlearn tofu-demo --generated"))
 def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None, seed: int = 0,
@@ -24,7 +28,8 @@ def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None,
     authors: membership attacks cannot tell forget from holdout items (an equivalence test on the half of the items
     no decision read). The default (HoldoutMatch: each forget item's per-token surprisal and Min-K %++ scores
     steered to the holdout items', the retain set kept) stops at "holdout_band_ratio <= 1 and model_utility_ratio
-    >= 0.95" and ends on the closest weights; `--preset tofu_tiny_hamu` runs HAMU instead. Worlds are cached
+    >= 0.95" and ends on the closest weights (at --level 10, tofu_tiny_holdout_match_10: half the rate, up to 300
+    steps); `--preset tofu_tiny_hamu` runs HAMU instead. Worlds are cached
     under runs/tofu/worlds/ (--worlds, one folder per seed and recipe) and runs/tofu/world points at the one in use.
 
     Args:
@@ -52,6 +57,8 @@ def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None,
         folder = prepare_tofu_world(worlds, seed=seed, levels=(level,), fresh=fresh, log=say).folder
         overrides.append(f"--data.init_args.source.init_args.forget_level={level}")
     _point_world(folder)
+    if preset == DEFAULT_PRESET and level in LEVEL_PRESETS:
+        preset = LEVEL_PRESETS[level]
     say(f"== unlearning forget{level} with {preset} (seed {seed}) ==")
     launched = fit_run(build_run([*overrides, *lightning_args], preset, target))
     if audit:
