@@ -405,16 +405,13 @@ def _spread(values: list, positions, n: int) -> list:
 def _token_profile(stats) -> dict[str, list[float]]:
     """Quantile grids of per-token surprisal and Min-K %++ z over the scored answers: the holdout items' barycenter
     (each item's quantile function, averaged over items; keys surprisal, z) and the pooled tokens' quantiles
-    (surprisal_pooled, z_pooled). lit_unlearn.algorithms.token_profile's convention: every answer token, σ floored
-    at MIN_STD."""
+    (surprisal_pooled, z_pooled). lit_unlearn.algorithms.token_profile's convention: every answer token,
+    standardised_logprob's σ."""
     import torch
 
-    from lit_unlearn.algorithms.token_profile import MIN_STD, barycenter_grid, quantile_grid
+    from lit_unlearn.algorithms.token_profile import barycenter_grid, quantile_grid, standardised_logprob
 
-    surprisal, z = [], []
-    for st in stats:
-        logp, mu = st.logp.double(), st.mu.double()
-        surprisal.append(-logp)
-        z.append((logp - mu) / st.var.double().clamp_min(0).add(MIN_STD ** 2).sqrt())
+    surprisal = [-st.logp.double() for st in stats]
+    z = [standardised_logprob(st.logp.double(), st.mu.double(), st.var.double()) for st in stats]
     return {"surprisal": barycenter_grid(surprisal), "z": barycenter_grid(z),
             "surprisal_pooled": quantile_grid(torch.cat(surprisal)), "z_pooled": quantile_grid(torch.cat(z))}

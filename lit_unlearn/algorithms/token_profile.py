@@ -18,9 +18,14 @@ from torch import Tensor
 
 from lit_unlearn.algorithms.losses import IGNORE_INDEX, _flat, _upcast
 
-__all__ = ["token_surprisal_and_z", "quantile_grid", "barycenter_grid", "reference_quantiles", "profile_distance"]
+__all__ = ["token_surprisal_and_z", "standardised_logprob", "quantile_grid", "barycenter_grid", "reference_quantiles", "profile_distance"]
 
 MIN_STD = 1e-4  # σ_t floor: a position where the model is certain has no spread to standardise by
+
+
+def standardised_logprob(logp: Tensor, mu: Tensor, var: Tensor) -> Tensor:
+    """Min-K %++'s z_t = (log p(y_t) − μ_t) / σ_t, with σ_t² = max(var, 0) + MIN_STD²."""
+    return (logp - mu) / var.clamp_min(0).add(MIN_STD ** 2).sqrt()
 
 
 def token_surprisal_and_z(logits: Tensor, labels: Tensor, ignore_index: int = IGNORE_INDEX
@@ -33,7 +38,7 @@ def token_surprisal_and_z(logits: Tensor, labels: Tensor, ignore_index: int = IG
     prob = logp.exp()
     mu = (prob * logp).sum(-1)
     var = (prob * (logp - mu.unsqueeze(-1)).square()).sum(-1)  # centred: E[x²] − μ² cancels in float32
-    z = (picked - mu) / var.add(MIN_STD ** 2).sqrt()
+    z = standardised_logprob(picked, mu, var)
     shape = labels.shape
     return ((-picked * valid).reshape(shape), (z * valid).reshape(shape), valid.reshape(shape))
 

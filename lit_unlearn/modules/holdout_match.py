@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lit_unlearn.algorithms.ofmu import norm
 from lit_unlearn.algorithms.token_profile import profile_distance, token_surprisal_and_z
 from lit_unlearn.errors import UserError
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
@@ -76,7 +77,7 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
                                 "split)")
 
     def forget_term(self, forget_batch):
-        """w_f·mean_i [W1(s_i, Q_s) + z_w·W1(z_i, Q_z)] and its logs, at the current weights."""
+        """mean_i [W1(s_i, Q_s) + z_w·W1(z_i, Q_z)] (before w_f) and its logs, at the current weights."""
         profile = self._profile_source.holdout_token_profile(self.trainer, self)
         logits, labels = self.logits_and_labels(forget_batch)
         surprisal, z, mask = token_surprisal_and_z(logits, labels)
@@ -84,17 +85,11 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
         distance_s = profile_distance(surprisal, mask, profile["surprisal" + suffix]).mean()
         distance_z = profile_distance(z, mask, profile["z" + suffix]).mean()
         logs = {"train/forget_surprisal_w1": distance_s.detach(), "train/forget_z_w1": distance_z.detach()}
-        return self.forget_weight * (distance_s + self.z_weight * distance_z), logs
+        return distance_s + self.z_weight * distance_z, logs
 
     def objective(self, retain_batch, forget_batch):
         term, logs = self.forget_term(forget_batch)
-        logs = dict(logs)
-        loss = term
-        if self.retain_weight:
-            loss_r = self.checked_loss(retain_batch, "retain")
-            loss = loss + self.retain_weight * loss_r
-            logs["train/retain_loss"] = loss_r.detach()
-        return loss, logs
+        return self.plus_retain_nll(term, retain_batch, logs), logs
 
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
         if not self.sam_rho:
@@ -103,16 +98,17 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
         opt.zero_grad(set_to_none=True)
         params = [p for p in self.network.parameters() if p.requires_grad]
         term, logs = self.forget_term(forget_batch)
+        term = self.forget_weight * term
         grads = torch.autograd.grad(self.checked(term, "forget term"), params, allow_unused=True)
-        norm = torch.sqrt(sum(g.double().square().sum() for g in grads if g is not None))
-        shifts = [None if g is None else (self.sam_rho / (float(norm) + 1e-12)) * g for g in grads]
+        scale = self.sam_rho / (float(norm([g for g in grads if g is not None])) + 1e-12)
+        shifts = [None if g is None else scale * g for g in grads]
         with torch.no_grad():
             for p, e in zip(params, shifts):
                 if e is not None:
                     p.add_(e)
         try:
             shifted, _ = self.forget_term(forget_batch)
-            self.manual_backward(self.checked(shifted, "forget term at the sharpness-aware shift"))
+            self.manual_backward(self.checked(self.forget_weight * shifted, "forget term at the sharpness-aware shift"))
         finally:
             with torch.no_grad():
                 for p, e in zip(params, shifts):
