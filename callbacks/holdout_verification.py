@@ -59,6 +59,8 @@ class HoldoutVerification(Callback):
             split_seed: the seed of the steering/reporting split (written in the report).
             items_per_author: rows without an `author` field are grouped into authors of this many consecutive
                 items (TOFU's layout).
+            max_new_tokens: the greedy answers' budget for model utility's ROUGE (None: the budget of the whole
+                eval splits, as TofuEvaluation sets it, so both halves and the TOFU report measure one utility).
             gold_standard: a retain-only model's saved report ("world": the one beside the data folder), shown
                 beside the verdict as a gold standard; never read by a decision.
             holdout_every_n_steps: how often the holdout NLL a forget ceiling reads (forget_ceiling='holdout') is
@@ -88,6 +90,7 @@ class HoldoutVerification(Callback):
         self._groups: dict[str, list] = {}
         self._splits: dict[str, dict[str, list[dict]]] = {}
         self._evaluators: dict[str, Any] = {}
+        self._budget: int | None = None  # the greedy answers' budget of the whole splits (set up in setup)
         self._source = self._tokenizer = self._formatter = None
         self.level: str | None = None
         # What the run saw, kept in checkpoints: looks at the steering half, the target's utility, the last verdict.
@@ -124,6 +127,11 @@ class HoldoutVerification(Callback):
             self.delta_author = author if self.delta_author is None else self.delta_author
         from lit_unlearn.verification.steering_halves import split_halves
 
+        # Both halves answer in the budget of the whole splits, the TOFU report's: model utility (the stop rule's
+        # ratio, the reported ratio, the report's) is then one measure, whichever half's evaluator computed it.
+        from lit_unlearn.metrics.tofu_rouge import answer_budget
+
+        self._budget = self.max_new_tokens or answer_budget(self._tokenizer, splits)["max_new_tokens"]
         self._groups = {side: self._authors(splits[side], side) for side in ("forget", "holdout")}
         self.halves = {side: split_halves(self._groups[side], self.split_seed) for side in ("forget", "holdout")}
         for half in ("steering", "reporting"):
@@ -145,7 +153,7 @@ class HoldoutVerification(Callback):
             self._evaluators[half] = TofuEvaluator(
                 self._tokenizer, self._splits[half], template=self.template or getattr(fmt, "template", "plain"),
                 max_length=self.max_length or getattr(fmt, "max_length", None) or MAX_LENGTH,
-                max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, mia_convention=self.mia_convention,
+                max_new_tokens=self._budget, batch_size=self.batch_size, mia_convention=self.mia_convention,
                 gradnorm="gradnorm" in self.attacks, input_format=getattr(fmt, "input_format", "lit-unlearn"))
         return self._evaluators[half]
 
@@ -241,14 +249,15 @@ class HoldoutVerification(Callback):
         if fresh is not None and step - fresh["step"] < self.holdout_every_n_steps and (not profile or "z" in fresh):
             return fresh
         rows = self._splits["steering"]["holdout"]
-        scoring = self._evaluator(trainer, "steering").scoring
-        scoring.new_run()  # as TofuEvaluator.run: scores of other weights are never reused
+        evaluator = self._evaluator(trainer, "steering")
+        scoring = evaluator.scoring
+        scoring.new_run(evaluator.share(pl_module.network)["scoring"])  # as TofuEvaluator.run: these weights' scores
         try:
             with eval_mode(pl_module.network):
                 stats = scoring.stats(pl_module.network, [(r["question"], r["answer"]) for r in rows],
                                       pl_module.device)
         finally:
-            scoring.new_run()  # these weights are about to change
+            scoring.new_run()  # these weights are about to change: keep nothing of theirs here
         self.holdout_measurements += 1
         self.holdout_level = {"step": step, "holdout_nll": sum(st.nll for st in stats) / len(stats),
                               "holdout_entropy": sum(-float(st.mu.double().mean()) for st in stats) / len(stats),

@@ -171,6 +171,67 @@ def test_each_metric_pays_only_for_the_passes_it_declares(small, only, scored, g
     assert {n for n in report.per_item if n != "mia"} == set(scored)
 
 
+def test_evaluators_of_the_same_weights_compute_each_item_once_and_a_change_of_weights_drops_it(small):
+    """Two evaluators of one network (the TOFU report, then the verification's half of forget and holdout): the
+    second scores, answers and differentiates nothing the first did, and reports what an evaluator of a copy of the
+    network computes afresh (to float noise: its batches hold other rows). Any change of the weights drops it all;
+    putting the weights back gives the same fingerprint."""
+    import copy
+
+    from lit_unlearn.metrics import TofuEvaluator
+    from lit_unlearn.metrics.weights_memo import memo_for, weights_fingerprint
+
+    splits, tok, net = small
+    model = CountingLM(copy.deepcopy(net))
+    half = {**splits, "forget": splits["forget"][::2], "holdout": splits["holdout"][1::2]}
+    TofuEvaluator(tok, splits, max_new_tokens=3).run(model)
+    before = (model.scored_rows, model.generated, model.grad_rows)
+    assert min(before) > 0
+    shared = TofuEvaluator(tok, half, max_new_tokens=3).run(model)
+    assert (model.scored_rows, model.generated, model.grad_rows) == before  # all of it from the first run
+    fresh = TofuEvaluator(tok, half, max_new_tokens=3).run(CountingLM(copy.deepcopy(net)))
+    got, expected = dict(_numbers(shared.per_item)), dict(_numbers(fresh.per_item))
+    assert got.keys() == expected.keys() and len(got) > 500
+    for path, value in expected.items():  # Min-K %++ divides by a float32 variance (E[x²] − μ²): ~1e-5 noise
+        assert math.isclose(got[path], value, rel_tol=1e-4, abs_tol=1e-6), (path, got[path], value)
+    assert shared.summary.keys() == fresh.summary.keys()
+    for key, value in fresh.summary.items():
+        assert (shared.summary[key] is None) if value is None else \
+            math.isclose(shared.summary[key], value, rel_tol=1e-4, abs_tol=1e-6), (key, shared.summary[key], value)
+
+    saved = copy.deepcopy(model.state_dict())
+    print_before = weights_fingerprint(model)
+    with torch.no_grad():
+        next(model.parameters())[0, 0] += 1e-3  # one weight of one tensor
+    assert weights_fingerprint(model) != print_before
+    TofuEvaluator(tok, half, max_new_tokens=3).run(model, only=["model_utility", "gradnorm"])
+    assert model.scored_rows > before[0] and model.generated > before[1] and model.grad_rows > before[2]
+    model.load_state_dict(saved)
+    assert weights_fingerprint(model) == print_before and memo_for(model).fingerprint == print_before
+
+
+def test_the_verifications_halves_answer_in_the_whole_splits_budget(small):
+    """Model utility is one measure in the stop rule's looks (steering half), the verification's report (reporting
+    half) and the TOFU report (whole splits): all three generate ROUGE answers with the whole splits' budget, where
+    each half's own answers would set another (real TOFU forget01: its halves' 95th percentiles differ)."""
+    from types import SimpleNamespace
+
+    from lit_unlearn.callbacks import HoldoutVerification
+    from lit_unlearn.metrics import TofuEvaluator
+    from lit_unlearn.metrics.tofu_rouge import answer_budget
+
+    splits, tok, _ = small
+    source = SimpleNamespace(eval_splits=lambda: splits, forget_level="01", path="real TOFU slices")
+    verification = HoldoutVerification(n_boot=100)
+    verification.setup(SimpleNamespace(datamodule=SimpleNamespace(source=source, tokenizer=tok, formatter=None)), None,
+                       "fit")
+    whole = TofuEvaluator(tok, splits).generation()["max_new_tokens"]
+    halves = {h: verification._evaluator(None, h).generation()["max_new_tokens"] for h in ("steering", "reporting")}
+    assert halves == {"steering": whole, "reporting": whole}
+    own = {h: answer_budget(tok, verification._splits[h])["max_new_tokens"] for h in halves}
+    assert set(own.values()) != {whole}, own  # without the fix the halves would differ from the report
+
+
 if __name__ == "__main__" and "--write" in sys.argv:
     import subprocess
     import tempfile

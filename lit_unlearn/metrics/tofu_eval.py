@@ -129,6 +129,7 @@ class TofuEvaluator:
                                      generation_attention)
         self._warned = False  # the truncation warning, once per evaluator
         self._truncated: dict[str, list[int]] = {}  # split -> [sequences cut, sequences]
+        self._gradnorm_cache: dict = {}  # pair -> gradient norm of the current run's weights
 
     def generation(self) -> dict:
         """The ROUGE answers' budget and the share of each generated split's reference answers it covers."""
@@ -161,7 +162,9 @@ class TofuEvaluator:
         notes: list[str] = []
         mine = {name: rows[rank::world] for name, rows in self.splits.items()}
         membership = plan.membership and self._has_holdout(notes)
-        self.scoring.new_run()  # the weights changed since the last run
+        shared = self.share(network)  # what other evaluators already computed on these same weights
+        self.scoring.new_run(shared["scoring"])
+        self.answers.cache, self._gradnorm_cache = shared["answers"], shared["gradnorm"]
         try:
             with eval_mode(network):  # every submodule gets its own mode back (frozen BatchNorm stays frozen)
                 # One teacher-forced stream over every pair any unit needs.
@@ -184,7 +187,8 @@ class TofuEvaluator:
                     per_item["mia"] = self._membership(network, device, plan, mine, rank, world, summary, notes,
                                                        full=only is None)
         finally:
-            self.scoring.new_run()
+            self.scoring.new_run()  # these weights may change next: nothing of theirs is read without a new share()
+            self.answers.cache, self._gradnorm_cache = {}, {}
         aggregate(summary, per_item, notes, self.reference, self.convention, self.splits["forget"],
                   partial=only is not None)
         verification = tofu_verification(summary, per_item, self.reference, self.baseline)
@@ -195,6 +199,23 @@ class TofuEvaluator:
             self._warned = True
             warnings.warn(report.truncation_note(), stacklevel=2)
         return report
+
+    def share(self, network: nn.Module) -> dict[str, dict]:
+        """Stores for this run's scores, answers and gradient norms: the network's memo for its current weights
+        (lit_unlearn.metrics.weights_memo), under keys of everything else they depend on; fresh where none is
+        kept (several processes)."""
+        from lit_unlearn.metrics.weights_memo import memo_for
+
+        memo = memo_for(network)
+        if memo is None:
+            return {"scoring": {}, "answers": {}, "gradnorm": {}}
+        f, tok = self.formatter, self.tokenizer
+        text = (getattr(tok, "name_or_path", None), len(tok), f.template, f.max_length, f.input_format)
+        differentiated = tuple(n for n, q in network.named_parameters() if q.requires_grad)
+        return {"scoring": memo.store(("scoring", text, self.scoring.batch_size, self.scoring.batch_tokens)),
+                "answers": memo.store(("answers", text, self.answers.settings())),
+                "gradnorm": memo.store(("gradnorm", text, self.gradnorm_p, self.convention.drop_last_token,
+                                        differentiated))}
 
     def _has_holdout(self, notes: list[str]) -> bool:
         if self.splits.get("holdout"):
@@ -223,7 +244,7 @@ class TofuEvaluator:
             extra[split] = {}
             if run_gradnorm:
                 extra[split]["gradnorm"] = gradient_norms(network, self.scoring, pairs, device, self.gradnorm_p,
-                                                          self.convention.drop_last_token)
+                                                          self.convention.drop_last_token, self._gradnorm_cache)
             if ref_nll is not None:
                 loss = torch.tensor([st.nll for st in stats], dtype=torch.float64)
                 extra[split]["reference"] = reference_attack(ref_nll, split, len(self.splits[split]), loss, rank,

@@ -53,8 +53,10 @@ def attack_scores(rows: list[dict], stats: list[AnswerStats], convention: MIACon
 
 
 def gradient_norms(network: nn.Module, scoring: TeacherForcedScoring, pairs: list[tuple[str, str]], device,
-                   p: float = 2.0, drop_last: bool = False) -> Tensor:
-    """Gradient-norm attack scores: per item, the mean over parameter tensors of ‖∇ mean answer NLL‖_p."""
+                   p: float = 2.0, drop_last: bool = False, cache: dict | None = None) -> Tensor:
+    """Gradient-norm attack scores: per item, the mean over parameter tensors of ‖∇ mean answer NLL‖_p. `cache`:
+    pair -> score of the current weights (lit_unlearn.metrics.weights_memo), read and filled."""
+    cache = {} if cache is None else cache
     params = [q for q in network.parameters() if q.requires_grad]
     enabled = []
     if not params:  # a frozen model (e.g. evaluated standalone): differentiate w.r.t. its float weights
@@ -65,6 +67,9 @@ def gradient_norms(network: nn.Module, scoring: TeacherForcedScoring, pairs: lis
     out = []
     try:
         for pair in pairs:
+            if pair in cache:
+                out.append(cache[pair])
+                continue
             with torch.enable_grad():
                 logits, labels = logits_and_labels(network, scoring.batch([pair], device))
                 valid = (labels != IGNORE_INDEX)[0]
@@ -73,7 +78,7 @@ def gradient_norms(network: nn.Module, scoring: TeacherForcedScoring, pairs: lis
                 lp = lp[:-1] if drop_last and lp.numel() > 1 else lp
                 grads = torch.autograd.grad(-lp.mean(), params, allow_unused=True)
             norms = [g.detach().float().norm(p=p) for g in grads if g is not None]
-            out.append(torch.stack(norms).mean().item())
+            out.append(cache.setdefault(pair, torch.stack(norms).mean().item()))
     finally:
         for q in enabled:
             q.requires_grad_(False)

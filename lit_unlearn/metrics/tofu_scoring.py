@@ -92,9 +92,10 @@ class TeacherForcedScoring:
     def batch(self, pairs: list[Pair], device) -> dict[str, Tensor]:
         return {k: v.to(device) for k, v in self._collate([self.encode(p) for p in pairs]).items()}
 
-    def new_run(self) -> None:
-        """Forget the scores: the weights changed."""
-        self._stats = {}
+    def new_run(self, shared: dict | None = None) -> None:
+        """Forget the scores: the weights changed. `shared`: the scores of the current weights kept for every
+        evaluator of this network (lit_unlearn.metrics.weights_memo), read and filled from now on."""
+        self._stats = {} if shared is None else shared
 
     @torch.no_grad()
     def score(self, network: nn.Module, pairs: list[Pair], device, nll_only: set[Pair] | frozenset = frozenset()) -> None:
