@@ -81,20 +81,28 @@ max_new_tokens: 4
 methods:
   GA: {{class_path: lit_unlearn.modules.GAModule, init_args: {{optimizer: adamw}}, grid: {{lr: [1.0e-4, 1.0e-2]}}}}
   IdkDPO: {{class_path: lit_unlearn.modules.IdkDPOModule, needs_refusals: true, steps: 1, grid: {{lr: [1.0e-3]}}}}
+  HoldoutMatch:
+    class_path: lit_unlearn.modules.HoldoutMatchModule
+    init_args: {{optimizer: adamw}}
+    steps: 1
+    callbacks: [{{class_path: lit_unlearn.callbacks.HoldoutVerification, init_args: {{n_boot: 100, items_per_author: 8}}}}]
+    grid: {{lr: [1.0e-3]}}
 """)
     spec = load_bench_spec(cfg)
     results = run_bench(spec, log=lambda *a: None)
     out = results.parent
     runs = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
-    # validation: target + 2 GA points + 1 IdkDPO point; test: (target + 2 methods) x 2 seeds
-    assert len(runs) == 4 + 6
+    # validation: target + 2 GA points + 1 IdkDPO point + 1 HoldoutMatch point; test: (target + 3 methods) x 2 seeds
+    assert len(runs) == 5 + 8
+    # a method's callbacks run with it (HoldoutMatch fails without the holdout measurement), one per run
+    assert len(list((out / "runs").glob("HoldoutMatch-*/version_0/holdout_verification.json"))) == 3
     # the budget: 2 epochs over forget10's 8 items at batch 8 is 2 steps; IdkDPO's own budget wins
     assert {r["steps"] for r in runs if r["method"] == "GA"} == {2} and {r["steps"] for r in runs
                                                                        if r["method"] == "IdkDPO"} == {1}
     assert "(2 epochs over each forget set, batch 8" in results.read_text().splitlines()[0]  # the budget as run
     assert all(r["band ratio"] is not None and r["verified"] in (0.0, 1.0) for r in runs)
     grid = list(csv.DictReader((out / "grid.csv").open()))
-    for method in ("GA", "IdkDPO"):
+    for method in ("GA", "IdkDPO", "HoldoutMatch"):
         mine = [r for r in runs if r["phase"] == "validation" and r["method"] == method]
         target_mu = next(r for r in runs if r["phase"] == "validation" and r["method"] == "Target")["MU"]
         point = TofuBenchmark().select(mine, {"MU": target_mu}, spec.utility_floor)[0]
@@ -102,9 +110,11 @@ methods:
             == [point]
         assert all(r["point"] == point for r in runs if r["phase"] == "test" and r["method"] == method)
     table = list(csv.DictReader((out / "results.csv").open()))
-    assert [r["method"] for r in table] == ["Target", "GA", "IdkDPO"] and all(r["seeds"] == "2" for r in table)
+    assert [r["method"] for r in table] == ["Target", "GA", "IdkDPO", "HoldoutMatch"] and \
+        all(r["seeds"] == "2" for r in table)
     ga = [r for r in runs if r["phase"] == "test" and r["method"] == "GA"]
     assert float(table[1]["MU"]) == pytest.approx(sum(r["MU"] for r in ga) / 2)
+    assert float(table[1]["seconds"]) == pytest.approx(sum(r["seconds"] for r in ga) / 2)  # wall time per method
     assert (out / "figure.png").stat().st_size > 0 and "## forget10" in results.read_text()
     before = (out / "runs.jsonl").read_text()
     run_bench(spec, log=lambda *a: None)  # everything is read back: nothing reruns
@@ -138,3 +148,16 @@ methods:
     assert next(r for r in runs if r["phase"] == "test" and r["method"] == "NPO")["point"] == expected
     text = results.read_text()
     assert "MUSE forget set" in text and "| NPO |" in text and (results.parent / "figure.png").is_file()
+
+
+def test_the_figures_draw_every_method_however_many_the_bench_has(tmp_path):
+    """The packaged TOFU bench has 11 rows (10 methods and the target): more than one 10-colour palette."""
+    from lit_unlearn.bench.results import _figure, _pareto
+
+    methods = ["Target"] + [f"method {i}" for i in range(14)]
+    rows = [{"method": m, "level": "01", "phase": phase, "point": {"lr": 1}, "MU": 0.5 + i / 100, "band ratio": 1.2,
+             "MU std": 0.01, "band ratio std": 0.02} for i, m in enumerate(methods) for phase in ("validation", "test")]
+    chosen = {(m, "01"): ({"lr": 1}, "why") for m in methods[1:]}
+    _pareto(rows, "01", chosen, "w", tmp_path / "pareto.png", "MU", "band ratio", False, str)
+    _figure([r for r in rows if r["phase"] == "test"], tmp_path / "figure.png", "MU", "band ratio", False, str)
+    assert (tmp_path / "pareto.png").stat().st_size > 0 and (tmp_path / "figure.png").stat().st_size > 0

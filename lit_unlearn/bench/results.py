@@ -53,7 +53,7 @@ def _point(point: dict) -> str:
 def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: dict, val_world: str,
                   order: list[str]) -> Path:
     """chosen: {(method, validation level): (point, why)}."""
-    columns = list(bench.columns)
+    columns = [*bench.columns, "seconds"]  # wall time per run: unlearning, the evaluation and the audit
     table = aggregate(rows, order, columns)
     with (out / "results.csv").open("w", newline="") as f:
         w = csv.writer(f)
@@ -105,7 +105,7 @@ def _figure(table: list[dict], path: Path, x: str, y: str, log_y: bool, level_ti
     levels = sorted({r["level"] for r in table})
     fig, axes = plt.subplots(1, len(levels), figsize=(4.2 * len(levels), 3.8), squeeze=False)
     methods = sorted({r["method"] for r in table})
-    markers = dict(zip(methods, "osD^v<>pPX*h"))
+    markers = {m: "osD^v<>pPX*h"[i % 12] for i, m in enumerate(methods)}
     for ax, level in zip(axes[0], levels):
         for r in table:
             if r["level"] != level or r[x] is None or r[y] is None:
@@ -132,7 +132,8 @@ def _pareto(rows: list[dict], level: str, chosen: dict, val_world: str, path: Pa
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     mine = [r for r in rows if r["level"] == level and r.get(x) is not None and r.get(y) is not None]
     methods = sorted({r["method"] for r in mine})
-    colours = dict(zip(methods, plt.get_cmap("tab10").colors))
+    palette = plt.get_cmap("tab20").colors  # 20 colours: the packaged bench has 11 rows (methods and the target)
+    colours = {m: palette[i % len(palette)] for i, m in enumerate(methods)}
     for method in methods:
         for phase, filled in (("validation", False), ("test", True)):
             pts = [r for r in mine if r["method"] == method and r.get("phase", "test") == phase]

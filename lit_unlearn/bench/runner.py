@@ -54,14 +54,12 @@ def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpe
     own folder under `runs`), then the benchmark's report (and with `audit`, the audit's columns). method=None
     evaluates the target itself (the "before" row)."""
     from lit_unlearn.launch.runs import RunSpec, launch
-    from lit_unlearn.specs import fingerprint
+    from lit_unlearn.specs import build, fingerprint
 
     network = {"class_path": "lit_unlearn.models.CausalLM",
                "init_args": {"name_or_path": world.target, **world.network_args}}
     t0 = time.perf_counter()
     if method is None:
-        from lit_unlearn.specs import build
-
         trained = build(network)
     else:
         args = bench.method_args(world, level, {**method.init_args, **point})
@@ -69,9 +67,12 @@ def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpe
         trainer = {"max_steps": _steps(spec, method, bench.forget_size(world, level)), "max_epochs": -1,
                    "limit_val_batches": 0, **spec.trainer}
         identity = {"model": model, "world": world.name, "level": level, "seed": seed, "trainer": trainer}
+        if method.callbacks:  # what the method reads during the run (HoldoutMatch: the holdout measurement)
+            identity["callbacks"] = method.callbacks
         key = f"{method.name}-{world.name}-forget{level}-seed{seed}-{fingerprint(identity, 8)}"
         launched = launch(RunSpec(runs / key, model, bench.datamodule(world, level, seed, spec, method), trainer,
-                                  seed=seed, identity=identity, configure=_no_report))
+                                  seed=seed, callbacks=[build(c) for c in method.callbacks], identity=identity,
+                                  configure=_no_report))
         trained = launched.model.network
     summary = bench.evaluate(world, level, trained, spec)
     if audit:

@@ -44,6 +44,7 @@ class MethodSpec:
     needs_refusals: bool = False
     steps: int | None = None    # this method's step budget when it differs from the bench's (e.g. OFMU's rounds)
     epochs: float | None = None  # or its budget in epochs over the forget set
+    callbacks: list[dict[str, Any]] = field(default_factory=list)  # {class_path, init_args} the method reads
     def grid_points(self) -> list[dict[str, Any]]:
         """Every combination of the grid's values (one empty point when there is no grid)."""
         keys = sorted(self.grid)
@@ -77,12 +78,15 @@ def load_bench_spec(path: str | Path) -> BenchSpec:
     for name, m in raw.pop("methods").items():
         if "class_path" not in (m or {}):
             raise UserError(f"{path}: method {name} needs a class_path (e.g. lit_unlearn.modules.NPOModule)")
-        if unknown := set(m) - {"class_path", "init_args", "grid", "needs_refusals", "steps", "epochs"}:
+        if unknown := set(m) - {"class_path", "init_args", "grid", "needs_refusals", "steps", "epochs", "callbacks"}:
             raise UserError(f"{path}: method {name}: unknown keys {sorted(unknown)}; known: class_path, init_args, "
-                            "grid, needs_refusals, steps, epochs")
+                            "grid, needs_refusals, steps, epochs, callbacks")
+        callbacks = list(m.get("callbacks") or [])
+        if any(not isinstance(c, dict) or "class_path" not in c for c in callbacks):
+            raise UserError(f"{path}: method {name}: callbacks must be a list of {{class_path, init_args}}")
         methods.append(MethodSpec(name, m["class_path"], dict(m.get("init_args") or {}),
                                   {k: list(v) for k, v in (m.get("grid") or {}).items()},
-                                  bool(m.get("needs_refusals", False)), m.get("steps"), m.get("epochs")))
+                                  bool(m.get("needs_refusals", False)), m.get("steps"), m.get("epochs"), callbacks))
     unknown = set(raw) - set(BenchSpec.__dataclass_fields__)
     if unknown:
         raise UserError(f"{path}: unknown bench keys {sorted(unknown)}; known: "
