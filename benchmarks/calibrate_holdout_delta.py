@@ -1,8 +1,8 @@
 """Calibrate δ, the reference-free verification's equivalence margin, on models that never saw the forget authors,
 and measure the pass rates it gives on worlds it was not calibrated on.
 
-    python benchmarks/calibrate_holdout_delta.py [--worlds runs/tofu/worlds] [--calibration-seeds 100,...,105]
-        [--test-seeds 0,1,2] [--levels 01,05,10] [--jobs 2] [--write]
+    python benchmarks/calibrate_holdout_delta.py [--worlds runs/tofu/worlds] [--calibration-seeds 100,...,115]
+        [--test-seeds 0,...,5] [--levels 01,05,10] [--jobs 2] [--write]
 
 1. Builds (or reuses) the TOFU worlds of every seed with the retain-only model of every level
    (lit_unlearn.worlds.tofu_world; `--jobs` worlds at a time, one thread each).
@@ -99,8 +99,8 @@ def cases(worlds: str, seeds: list[int], level: str, split_seed: int = 0) -> lis
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worlds", default="runs/tofu/worlds")
-    ap.add_argument("--calibration-seeds", default="100,101,102,103,104,105")
-    ap.add_argument("--test-seeds", default="0,1,2")
+    ap.add_argument("--calibration-seeds", default=",".join(str(s) for s in range(100, 116)))
+    ap.add_argument("--test-seeds", default="0,1,2,3,4,5")
     ap.add_argument("--levels", default="01,05,10")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--write", action="store_true")
