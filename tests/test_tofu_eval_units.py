@@ -182,6 +182,7 @@ def test_evaluators_of_the_same_weights_compute_each_item_once_and_a_change_of_w
     from lit_unlearn.metrics.weights_memo import memo_for, weights_fingerprint
 
     splits, tok, net = small
+    splits = {name: rows[:16] for name, rows in splits.items()}  # enough items for every unit, fewer passes
     model = CountingLM(copy.deepcopy(net))
     half = {**splits, "forget": splits["forget"][::2], "holdout": splits["holdout"][1::2]}
     TofuEvaluator(tok, splits, max_new_tokens=3).run(model)
@@ -191,7 +192,7 @@ def test_evaluators_of_the_same_weights_compute_each_item_once_and_a_change_of_w
     assert (model.scored_rows, model.generated, model.grad_rows) == before  # all of it from the first run
     fresh = TofuEvaluator(tok, half, max_new_tokens=3).run(CountingLM(copy.deepcopy(net)))
     got, expected = dict(_numbers(shared.per_item)), dict(_numbers(fresh.per_item))
-    assert got.keys() == expected.keys() and len(got) > 500
+    assert got.keys() == expected.keys() and len(got) > 200
     for path, value in expected.items():  # Min-K %++ divides by a float32 variance (E[x²] − μ²): ~1e-5 noise
         assert math.isclose(got[path], value, rel_tol=1e-4, abs_tol=1e-6), (path, got[path], value)
     assert shared.summary.keys() == fresh.summary.keys()
