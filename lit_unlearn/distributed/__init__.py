@@ -1,11 +1,12 @@
 """Sharded training support: gradient slices under ZeRO, process-group shutdown, and a CPU DeepSpeed strategy
 for tests."""
 
-from lit_unlearn.distributed.sharded_grads import all_reduce_sum, read_local_grads, write_local_grads, zero_stage
+from lit_unlearn.distributed.sharded_grads import (all_reduce_sum, read_local_grads, write_local_grads, zero3_partitioned,
+                                                  zero_stage)
 from lit_unlearn.distributed.shutdown import release_process_group
 
 __all__ = ["DeepSpeedStrategy", "all_reduce_sum", "read_local_grads", "release_process_group", "write_local_grads",
-           "zero_stage"]
+           "zero3_partitioned", "zero_stage"]
 
 
 def __getattr__(name: str):

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-__all__ = ["zero_stage", "read_local_grads", "write_local_grads", "all_reduce_sum"]
+__all__ = ["zero_stage", "zero3_partitioned", "read_local_grads", "write_local_grads", "all_reduce_sum"]
 
 
 def zero_stage(strategy) -> int:
@@ -26,6 +26,11 @@ def zero_stage(strategy) -> int:
     if not isinstance(config, dict) or "zero_optimization" not in config:
         return 0
     return int(config["zero_optimization"].get("stage", 0))
+
+
+def zero3_partitioned(network: nn.Module) -> bool:
+    """Whether the network's parameters are ZeRO-3 partitions: then no rank holds the weights themselves."""
+    return any(hasattr(p, "ds_id") for p in network.parameters())
 
 
 def _fragment(p: nn.Parameter) -> Tensor | None:

@@ -238,7 +238,9 @@ def _export_final_model(launched: Launched) -> Path | None:
     tokenizer = getattr(launched.datamodule, "tokenizer", None)
     if not isinstance(module, UnlearningModule) or not hasattr(network, "save_pretrained") or tokenizer is None:
         return None
-    if any(hasattr(p, "ds_id") for p in network.parameters()):  # ZeRO-3 partitions: no rank holds the weights
+    from lit_unlearn.distributed.sharded_grads import zero3_partitioned
+
+    if zero3_partitioned(network):
         from lit_unlearn.console import say
 
         say("final model not exported: the weights are ZeRO-3 partitioned; the checkpoint holds them")

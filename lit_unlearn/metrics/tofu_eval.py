@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from lit_unlearn.data.qa_format import MAX_LENGTH, QAFormatter
+from lit_unlearn.distributed.sharded_grads import zero3_partitioned
 from lit_unlearn.errors import UserError
 from lit_unlearn.eval_mode import eval_mode
 from lit_unlearn.metrics.mia_convention import MIAConvention, get_convention
@@ -227,7 +228,7 @@ class TofuEvaluator:
         """The membership unit's inputs: the answers' stats from the scoring pass, gradnorm from its own pass (not
         on ZeRO-3 partitioned weights), the reference attack in a full report when the reference has NLLs."""
         run_gradnorm = plan.gradnorm
-        if run_gradnorm and any(hasattr(q, "ds_id") for q in network.parameters()):
+        if run_gradnorm and zero3_partitioned(network):
             run_gradnorm = False
             notes.append("gradnorm MIA not computed: the parameters are ZeRO-3 partitioned (evaluate the saved "
                          "model with `lit-unlearn tofu-eval` for it)")

@@ -25,6 +25,8 @@ from typing import Any, Hashable
 import torch
 from torch import nn
 
+from lit_unlearn.distributed.sharded_grads import zero3_partitioned
+
 __all__ = ["WeightsMemo", "memo_for", "weights_fingerprint"]
 
 _MEMOS: "weakref.WeakKeyDictionary[nn.Module, WeightsMemo]" = weakref.WeakKeyDictionary()
@@ -48,21 +50,16 @@ class WeightsMemo:
     def __init__(self) -> None:
         self.fingerprint: tuple | None = None
         self._stores: dict[Hashable, dict] = {}
-        self.hits = 0    # stores found filled for the current weights (read by tests and benchmarks)
-        self.resets = 0  # times the weights were found changed
 
     def refresh(self, network: nn.Module) -> "WeightsMemo":
         """Drop every result if the weights changed since the last refresh."""
         fingerprint = weights_fingerprint(network)
         if fingerprint != self.fingerprint:
             self.fingerprint, self._stores = fingerprint, {}
-            self.resets += 1
         return self
 
     def store(self, key: Hashable) -> dict[Any, Any]:
         """The results kept under `key` for the current weights (a dict the caller fills)."""
-        if key in self._stores and self._stores[key]:
-            self.hits += 1
         return self._stores.setdefault(key, {})
 
 
@@ -72,9 +69,6 @@ def memo_for(network: nn.Module) -> WeightsMemo | None:
     if torch.distributed.is_available() and torch.distributed.is_initialized() and \
             torch.distributed.get_world_size() > 1:
         return None
-    if any(hasattr(p, "ds_id") for p in network.parameters()):
+    if zero3_partitioned(network):
         return None
-    memo = _MEMOS.get(network)
-    if memo is None:
-        memo = _MEMOS[network] = WeightsMemo()
-    return memo.refresh(network)
+    return _MEMOS.setdefault(network, WeightsMemo()).refresh(network)
