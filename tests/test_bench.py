@@ -114,6 +114,10 @@ methods:
         all(r["seeds"] == "2" for r in table)
     ga = [r for r in runs if r["phase"] == "test" and r["method"] == "GA"]
     assert float(table[1]["MU"]) == pytest.approx(sum(r["MU"] for r in ga) / 2)
+    from scipy import stats  # the interval over seeds, against scipy's
+
+    half = stats.t.ppf(0.975, 1) * stats.sem([r["seconds"] for r in ga])  # seconds: they differ between seeds
+    assert half > 0 and float(table[1]["seconds ci95"]) == pytest.approx(half)
     assert float(table[1]["seconds"]) == pytest.approx(sum(r["seconds"] for r in ga) / 2)  # wall time per method
     assert (out / "figure.png").stat().st_size > 0 and "## forget10" in results.read_text()
     before = (out / "runs.jsonl").read_text()
@@ -161,3 +165,14 @@ def test_the_figures_draw_every_method_however_many_the_bench_has(tmp_path):
     _pareto(rows, "01", chosen, "w", tmp_path / "pareto.png", "MU", "band ratio", False, str)
     _figure([r for r in rows if r["phase"] == "test"], tmp_path / "figure.png", "MU", "band ratio", False, str)
     assert (tmp_path / "pareto.png").stat().st_size > 0 and (tmp_path / "figure.png").stat().st_size > 0
+
+
+def test_a_method_whose_name_holds_commas_can_be_chosen_on_the_command_line():
+    """`--methods` splits at commas, except inside a configured name ("OFMU (separate clip, holdout ceiling)")."""
+    from lit_unlearn.bench.spec import split_method_names
+
+    names = ["GA", "OFMU", "OFMU (separate clip, holdout ceiling)", "NPO"]
+    assert split_method_names("GA,OFMU (separate clip, holdout ceiling), NPO", names) == \
+        ["GA", "OFMU (separate clip, holdout ceiling)", "NPO"]
+    assert split_method_names("OFMU,GA", names) == ["OFMU", "GA"]  # a prefix of a longer name is itself
+    assert split_method_names("Foo,OFMU (separate clip", names) == ["Foo", "OFMU (separate clip"]  # left to the error

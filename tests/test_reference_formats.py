@@ -76,7 +76,7 @@ def test_an_evaluation_against_the_authors_logs_uses_the_items_both_cover_and_sa
 
     data = write_release(tmp_path / "tofu")
     forget = TofuSource(str(data), "10").eval_splits()["forget"]
-    tok = train_bpe_tokenizer([r["question"] + " " + r["answer"] for r in forget], vocab_size=300)
+    tok = train_bpe_tokenizer([r["question"] + " " + r["answer"] for r in forget], vocab_size=2000)
     net = CausalLM(config=tiny_llama_config(vocab_size=len(tok), hidden_size=16, layers=1, intermediate_size=32))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -90,9 +90,8 @@ def test_an_evaluation_against_the_authors_logs_uses_the_items_both_cover_and_sa
     holdout_like = [dict(r, question="Who is nobody?") for r in forget]  # another split: refused, not compared
     from lit_unlearn.errors import UserError
 
-    with pytest.raises(UserError, match="forget item 0 is not this data's"):
-        TofuEvaluator(tok, {"forget": holdout_like}, reference=str(LOGS / "llama2-7b_retain90_wd0")).run(
-            net, only=["forget_quality"])
+    with pytest.raises(UserError, match="forget item 0 is not this data's"):  # when made: before any scoring
+        TofuEvaluator(tok, {"forget": holdout_like}, reference=str(LOGS / "llama2-7b_retain90_wd0"))
 
 
 def _report():

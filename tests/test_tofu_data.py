@@ -430,15 +430,16 @@ def test_base_distill_step_is_sgd_on_the_kl_to_the_base_written_out(tofu, tmp_pa
         torch.testing.assert_close(p1.detach() - p0.detach(), (-lr * g).float(), rtol=1e-4, atol=1e-7, msg=n)
 
 
-@pytest.mark.parametrize("sam_rho", [0.0, 0.05])
+@pytest.mark.parametrize("sam_rho, relearn_lr", [(0.0, 0.0), (0.05, 0.0), (0.0, 0.01)])
 def test_holdout_match_steps_on_the_w1_to_the_holdout_items_token_profile_written_out(tofu, tmp_path, monkeypatch,
-                                                                                      sam_rho):
+                                                                                      sam_rho, relearn_lr):
     """HoldoutMatch: the holdout profile is the start weights' per-token surprisal and Min-K %++ z over the steering
     half's holdout answers (each item's numpy quantiles averaged over items, the barycenter; and the pooled
     tokens' quantiles), from values written out with plain torch, and one SGD step equals
     −lr·∇[w_f·mean_i (W1(s_i) + z_w·W1(z_i)) + w_r·NLL(retain)], W1 written out per item with numpy's quantiles;
     with sam_rho ρ, the forget term's gradient is taken at θ + ρ·g/‖g‖ (g: its gradient at θ), the retain term's
-    at θ."""
+    at θ; with relearn_lr α, the forget term's gradient is (1 − λ)·∇F(θ) + λ·∇F(θ') at θ' = θ − α·sign(∇NLL_forget),
+    the simulated relearning step."""
     import numpy as np
 
     from lit_unlearn.callbacks import HoldoutVerification
@@ -450,7 +451,7 @@ def test_holdout_match_steps_on_the_w1_to_the_holdout_items_token_profile_writte
     start = copy.deepcopy(net)
     lr, w_f, w_r, w_z = 0.05, 0.7, 0.4, 0.3
     module = HoldoutMatchModule(net, lr=lr, optimizer="sgd", forget_weight=w_f, retain_weight=w_r, z_weight=w_z,
-                                sam_rho=sam_rho)
+                                sam_rho=sam_rho, relearn_lr=relearn_lr, relearn_weight=0.6)
     verification = HoldoutVerification(items_per_author=4, n_boot=200)
     dm, retain, forget = _first_pair(tofu, forget_batch_size=4)
     quick_trainer(1, callbacks=[verification], limit_val_batches=0).fit(module, dm)
@@ -498,6 +499,15 @@ def test_holdout_match_steps_on_the_w1_to_the_holdout_items_token_profile_writte
             for p, g in zip(shifted.parameters(), g_f):
                 p.add_(sam_rho / norm * g)
         g_f = torch.autograd.grad(forget_term(shifted), list(shifted.parameters()))
+    if relearn_lr:
+        logits_f, labels_f = _answer_positions(start, forget)
+        g_nll = torch.autograd.grad(torch.nn.functional.cross_entropy(logits_f, labels_f), params)
+        relearned = copy.deepcopy(start)
+        with torch.no_grad():
+            for p, g in zip(relearned.parameters(), g_nll):
+                p.sub_(relearn_lr * torch.sign(g))
+        g_after = torch.autograd.grad(forget_term(relearned), list(relearned.parameters()))
+        g_f = [0.4 * a + 0.6 * b for a, b in zip(g_f, g_after)]
     logits_r, labels_r = _answer_positions(start, retain)
     g_r = torch.autograd.grad(w_r * torch.nn.functional.cross_entropy(logits_r.double(), labels_r), params)
     grads = [a + b for a, b in zip(g_f, g_r)]

@@ -1,4 +1,5 @@
-"""The bench's outputs: results.{md,csv} (mean ± std over seeds per method and forget level), grid.csv (every
+"""The bench's outputs: results.{md,csv} (mean over seeds per method and forget level, ± the half-width of its 95 %
+t-interval over seeds in the table; the CSV also has the std), grid.csv (every
 validation run, its level and whether it was chosen), figure.png (the test runs per method and level, TOFU:
 forget quality against model utility; MUSE: VerbMem on D_f against KnowMem on D_r), one Pareto figure per level
 (`pareto_<level>.png`: every grid point of the validation world and every seed of the test world, the chosen
@@ -23,6 +24,15 @@ def _mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
     return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0)
 
 
+def t_half_width(std: float | None, n: int, level: float = 0.95) -> float | None:
+    """Half-width of the t-interval for a mean of n seeds (None for one seed: no interval)."""
+    if std is None or n < 2:
+        return None
+    from scipy.stats import t
+
+    return float(t.ppf(0.5 + level / 2, n - 1) * std / n ** 0.5)
+
+
 def aggregate(rows: list[dict], order: list[str], columns: list[str]) -> list[dict]:
     """One row per (level, method) of the test runs: mean and std of each metric over seeds."""
     out = []
@@ -34,16 +44,18 @@ def aggregate(rows: list[dict], order: list[str], columns: list[str]) -> list[di
                 continue
             agg = {"level": level, "method": method, "seeds": len(mine), "point": mine[0]["point"]}
             for col in columns:
-                agg[col], agg[col + " std"] = _mean_std([r.get(col) for r in mine])
+                present = [r.get(col) for r in mine if r.get(col) is not None]
+                agg[col], agg[col + " std"] = _mean_std(present)
+                agg[col + " ci95"] = t_half_width(agg[col + " std"], len(present))
             out.append(agg)
     return out
 
 
-def _cell(mean, std, col) -> str:
+def _cell(mean, half_width, col) -> str:
     if mean is None:
         return "n/a"
     fmt = ".2e" if col.startswith("FQ") and abs(mean) < 1e-2 else ".3g"
-    return f"{mean:{fmt}}" + (f" ± {std:{fmt}}" if std else "")
+    return f"{mean:{fmt}}" + (f" ± {half_width:{fmt}}" if half_width else "")
 
 
 def _point(point: dict) -> str:
@@ -58,10 +70,10 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
     with (out / "results.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["forget_level", "method", "seeds", "hyper_parameters"] +
-                   [c for col in columns for c in (col, col + " std")])
+                   [c for col in columns for c in (col, col + " std", col + " ci95")])
         for r in table:
             w.writerow([r["level"], r["method"], r["seeds"], json.dumps(r["point"])] +
-                       [r[c] for col in columns for c in (col, col + " std")])
+                       [r[c] for col in columns for c in (col, col + " std", col + " ci95")])
     with (out / "grid.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["method", "level", "hyper_parameters", "chosen", *columns])
@@ -73,7 +85,8 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
     budget = f"{spec.epochs:g} epochs over each forget set" if spec.epochs else f"{spec.steps} steps"
     lines = [f"# Bench ({bench.name.upper()}): every method, one setting ({budget}, batch "
              f"{spec.batch_size}, seeds {spec.seeds})", "",
-             "Mean ± std over seeds. Hyper-parameters chosen on the validation world: "
+             "Mean over seeds ± the half-width of its 95 % t-interval (results.csv has the std too). "
+             "Hyper-parameters chosen on the validation world: "
              f"{bench.criterion.format(floor=spec.utility_floor)}. Target = before unlearning.", ""]
     for level in sorted({r["level"] for r in table}):
         lines += [f"## {bench.level_title(level)}", "",
@@ -81,7 +94,7 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
         for r in table:
             if r["level"] == level:
                 lines.append(f"| {r['method']} | {_point(r['point'])} | " +
-                             " | ".join(_cell(r[c], r[c + ' std'], c) for c in columns) + " |")
+                             " | ".join(_cell(r[c], r[c + ' ci95'], c) for c in columns) + " |")
         lines.append("")
     lines += ["Chosen on validation:", ""] + [f"- {m} ({bench.level_title(lv)}): {_point(p)} ({why})"
                                              for (m, lv), (p, why) in chosen.items()]

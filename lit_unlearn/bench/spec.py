@@ -30,7 +30,7 @@ import yaml
 
 from lit_unlearn.errors import UserError
 
-__all__ = ["MethodSpec", "BenchSpec", "load_bench_spec"]
+__all__ = ["MethodSpec", "BenchSpec", "load_bench_spec", "split_method_names"]
 
 LEVELS = ("01", "05", "10")
 
@@ -101,3 +101,17 @@ def load_bench_spec(path: str | Path) -> BenchSpec:
         if spec.benchmark == "tofu" and spec.validation_level not in LEVELS:
             raise UserError(f"{path}: validation_level {spec.validation_level!r}: a TOFU level {list(LEVELS)} or 'all'")
     return spec
+
+
+def split_method_names(text: str, names: list[str]) -> list[str]:
+    """A comma-separated choice of methods, where a name may itself hold commas ("OFMU (separate clip, holdout
+    ceiling)"): at each position the longest configured name that ends at a comma or the end wins; a piece that no
+    name matches is kept as written up to the next comma, for the caller's unknown-method error."""
+    chosen, rest = [], text.strip()
+    while rest:
+        match = max((n for n in names if rest == n or rest.startswith(n + ",")), key=len, default=None)
+        piece = match or rest.split(",", 1)[0].strip()
+        chosen.append(piece)
+        rest = rest[len(match):] if match else rest[len(rest.split(",", 1)[0]):]
+        rest = rest.lstrip(",").lstrip()
+    return [c for c in chosen if c]

@@ -21,12 +21,13 @@ def bench(preset: str = "bench_tofu_tiny", config: str | None = None, out: str |
         preset: a packaged bench config (bench_tofu_tiny, bench_tofu_llama2_7b, bench_muse_tiny, ...)
         config: a bench config file instead (see configs/bench/bench_tofu_tiny.yaml)
         out: output folder (default: the config's out_dir)
-        methods: comma-separated subset of the config's methods
+        methods: comma-separated subset of the config's methods (names holding commas are matched whole)
         levels: comma-separated forget levels (01,05,10)
         seeds: comma-separated seeds
         steps: override the step budget
     """
     from lit_unlearn.bench import load_bench_spec, run_bench
+    from lit_unlearn.bench.spec import split_method_names
     from lit_unlearn.console import say
     from lit_unlearn.packaged_files import packaged_config
 
@@ -37,6 +38,7 @@ def bench(preset: str = "bench_tofu_tiny", config: str | None = None, out: str |
         spec.seeds = [int(x) for x in seeds.split(",")]
     if steps:
         spec.steps = steps
-    results = run_bench(spec, out, methods.split(",") if methods else None, log=say)
+    only = split_method_names(methods, [m.name for m in spec.methods]) if methods else None
+    results = run_bench(spec, out, only, log=say)
     say("\n" + results.read_text())
     say(f"(table: {results}; CSV: {results.with_suffix('.csv')}; figures: {results.parent})")

@@ -11,7 +11,7 @@ from lit_unlearn.metrics import tofu_math
 from lit_unlearn.metrics.mia_convention import MIAConvention
 from lit_unlearn.metrics.tofu_report import HEADLINE
 
-__all__ = ["aggregate", "common_forget_items", "privleak"]
+__all__ = ["aggregate", "check_forget_items", "common_forget_items", "privleak"]
 
 
 def aggregate(summary: dict, per_item: dict, notes: list[str], reference: dict | None, convention: MIAConvention,
@@ -60,16 +60,22 @@ def common_forget_items(mine: list[float], reference: dict, forget_rows: list[di
     prompts, the common items' questions must be among them."""
     theirs = reference["per_item"]["forget"]["truth_ratio"]
     k = min(len(mine), len(theirs))
-    prompts = ((reference.get("prompts") or {}).get("forget") or [])[:k]
+    check_forget_items(reference, forget_rows)
+    if len(mine) != len(theirs):
+        notes.append(f"forget quality on the first {k} forget items, the ones both cover (the reference has "
+                     f"{len(theirs)}, this data {len(mine)})")
+    return mine[:k], theirs[:k]
+
+
+def check_forget_items(reference: dict, forget_rows: list[dict]) -> None:
+    """Where the reference recorded its prompts, the forget items both cover must be the same questions, in order.
+    Checked when an evaluator is made, so a wrong split fails before any scoring, and again when aggregating."""
+    prompts = ((reference.get("prompts") or {}).get("forget") or [])[:len(forget_rows)]
     for i, prompt in enumerate(prompts):
         question = forget_rows[i]["question"]
         if prompt and question not in prompt:
             raise UserError(f"the reference's forget item {i} is not this data's ({prompt[:60]!r} vs "
                             f"{question[:60]!r}): evaluate on the same forget split (--forget-level)")
-    if len(mine) != len(theirs):
-        notes.append(f"forget quality on the first {k} forget items, the ones both cover (the reference has "
-                     f"{len(theirs)}, this data {len(mine)})")
-    return mine[:k], theirs[:k]
 
 
 def privleak(summary: dict, notes: list[str], reference: dict | None, convention: MIAConvention) -> None:

@@ -37,7 +37,7 @@ from lit_unlearn.distributed.sharded_grads import zero3_partitioned
 from lit_unlearn.errors import UserError
 from lit_unlearn.eval_mode import eval_mode
 from lit_unlearn.metrics.mia_convention import MIAConvention, get_convention
-from lit_unlearn.metrics.tofu_aggregate import aggregate
+from lit_unlearn.metrics.tofu_aggregate import aggregate, check_forget_items
 from lit_unlearn.metrics.tofu_metrics import rank_and_world
 from lit_unlearn.metrics.tofu_mia import gradient_norms, membership_scores, reference_attack, reference_nll
 from lit_unlearn.metrics.tofu_report import HEADLINE, TofuReport, load_reference, summary_of
@@ -125,6 +125,8 @@ class TofuEvaluator:
         self.baseline = summary_of(baseline)
         if require_reference and self.reference is None:
             raise UserError("require_reference=True but no reference evaluation of the retrained model was given")
+        if self.reference is not None:
+            check_forget_items(self.reference, eval_splits["forget"])
         self.scoring = TeacherForcedScoring(self.formatter, tokenizer.pad_token_id, batch_size)
         self.answers = GreedyAnswers(tokenizer, self.formatter, eval_splits, batch_size, max_new_tokens,
                                      generation_attention)

@@ -18,6 +18,14 @@ is taken at θ + ρ·g/‖g‖, g the forget term's gradient at θ, so the step 
 unseen-looking under a small weight change, which is what a relearning attack makes. The retain term's gradient
 stays at θ.
 
+A second named option, off by default: `relearn_lr` α, relearning inside the objective (first-order, as
+tamper-resistant training does it: Tamirisa et al. 2024, after first-order MAML). The attacker's step is simulated:
+θ' = θ − α·sign(∇NLL_forget(θ)), the displacement of the first AdamW steps of fine-tuning on the forget items
+(Adam moves each weight by about its learning rate per step, whatever the gradient's size); the forget term is
+then (1 − λ)·F(θ) + λ·F(θ'), with the gradient of F(θ') taken at θ' (`relearn_weight` λ). The step thus seeks weights
+where the forget items still look unseen after the attacker's first move. Two more forward and backward passes on
+the forget batch per step.
+
 Reference-free: the holdout items are what a Llama-2-7B user has (TOFU's holdout split, or their own); no
 retain-only model is read, and only the steering half of the holdout items is.
 """
@@ -38,7 +46,8 @@ __all__ = ["HoldoutMatchModule"]
 class HoldoutMatchModule(ObjectiveUnlearningModule):
     def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3,
                  retain_weight: float = 1.0, forget_weight: float = 1.0, z_weight: float = 1.0,
-                 profile: str = "barycenter", sam_rho: float = 0.0,
+                 profile: str = "barycenter", sam_rho: float = 0.0, relearn_lr: float = 0.0,
+                 relearn_weight: float = 0.5,
                  optimizer: str = "adamw", momentum: float = 0.0, weight_decay: float = 0.0,
                  freeze_batchnorm: bool = True, log_every_n_steps: int | None = None) -> None:
         """
@@ -50,6 +59,9 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
                 typical item's; lit_unlearn.algorithms.token_profile.barycenter_grid).
             sam_rho: ρ > 0 takes the forget term's gradient at θ + ρ·g/‖g‖ (sharpness-aware; a named option,
                 0 is the plain form); one more forward and backward pass on the forget batch per step.
+            relearn_lr: α > 0 adds the forget term after a simulated relearning step θ − α·sign(∇NLL_forget)
+                (a named option, 0 is the plain form; see the module docstring).
+            relearn_weight: λ, the share of the forget term taken after the simulated relearning step.
         """
         if z_weight < 0:
             raise UserError(f"HoldoutMatch: z_weight must be ≥ 0, got {z_weight}")
@@ -57,7 +69,13 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
             raise UserError(f"HoldoutMatch: profile must be 'barycenter' or 'pooled', got {profile!r}")
         if not sam_rho >= 0:
             raise UserError(f"HoldoutMatch: sam_rho must be ≥ 0, got {sam_rho}")
+        if not relearn_lr >= 0 or not 0 < relearn_weight <= 1:
+            raise UserError(f"HoldoutMatch: relearn_lr must be ≥ 0 and relearn_weight in (0, 1], got {relearn_lr}, "
+                            f"{relearn_weight}")
+        if sam_rho and relearn_lr:
+            raise UserError("HoldoutMatch: sam_rho and relearn_lr are separate options; set one of them")
         self.profile, self.sam_rho = profile, sam_rho
+        self.relearn_lr, self.relearn_weight = relearn_lr, relearn_weight
         super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
                          log_every_n_steps)
         self.retain_weight, self.forget_weight, self.z_weight = retain_weight, forget_weight, z_weight
@@ -65,9 +83,9 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
-        if self.sam_rho and self.zero_stage:
-            raise UserError("HoldoutMatch's sam_rho shifts the weights in place between two passes, which DeepSpeed's "
-                            "engine does not see: use DDP or one process, or sam_rho=0")
+        if (self.sam_rho or self.relearn_lr) and self.zero_stage:
+            raise UserError("HoldoutMatch's sam_rho and relearn_lr shift the weights in place between two passes, "
+                            "which DeepSpeed's engine does not see: use DDP or one process, or set them to 0")
         if stage == "fit":
             self._profile_source = next((cb for cb in self.trainer.callbacks
                                          if hasattr(cb, "holdout_token_profile")), None)
@@ -92,28 +110,39 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
         return self.plus_retain_nll(term, retain_batch, logs), logs
 
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
-        if not self.sam_rho:
+        if not (self.sam_rho or self.relearn_lr):
             return super().unlearning_step(retain_batch, forget_batch)
         opt = self.optimizers()
         opt.zero_grad(set_to_none=True)
         params = [p for p in self.network.parameters() if p.requires_grad]
         term, logs = self.forget_term(forget_batch)
         term = self.forget_weight * term
-        grads = torch.autograd.grad(self.checked(term, "forget term"), params, allow_unused=True)
-        scale = self.sam_rho / (float(norm([g for g in grads if g is not None])) + 1e-12)
-        shifts = [None if g is None else scale * g for g in grads]
+        if self.sam_rho:  # the whole forget term's gradient at θ + ρ·g/‖g‖
+            grads = torch.autograd.grad(self.checked(term, "forget term"), params, allow_unused=True)
+            scale = self.sam_rho / (float(norm([g for g in grads if g is not None])) + 1e-12)
+            shifts, share = [None if g is None else scale * g for g in grads], 1.0
+            where = "the sharpness-aware shift"
+        else:  # (1 − λ)·∇F(θ) + λ·∇F at the attacker's first move θ − α·sign(∇NLL_forget)
+            self.manual_backward(self.checked((1.0 - self.relearn_weight) * term, "forget term"))
+            nll = self.checked_loss(forget_batch, "forget")
+            grads = torch.autograd.grad(nll, params, allow_unused=True)
+            shifts = [None if g is None else -self.relearn_lr * torch.sign(g) for g in grads]
+            share, where = self.relearn_weight, "the simulated relearning step"
+            logs["train/forget_nll"] = nll.detach()
         with torch.no_grad():
             for p, e in zip(params, shifts):
                 if e is not None:
                     p.add_(e)
         try:
-            shifted, _ = self.forget_term(forget_batch)
-            self.manual_backward(self.checked(self.forget_weight * shifted, "forget term at the sharpness-aware shift"))
+            shifted, shifted_logs = self.forget_term(forget_batch)
+            self.manual_backward(self.checked(share * self.forget_weight * shifted, f"forget term at {where}"))
         finally:
             with torch.no_grad():
                 for p, e in zip(params, shifts):
                     if e is not None:
                         p.sub_(e)
+        if self.relearn_lr:
+            logs["train/relearned_forget_surprisal_w1"] = shifted_logs["train/forget_surprisal_w1"]
         if self.retain_weight:
             loss_r = self.checked_loss(retain_batch, "retain")
             self.manual_backward(self.retain_weight * loss_r)
@@ -121,5 +150,5 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
         opt.step()
         if not self.should_compute_diagnostics():
             return {}
-        return {"train/objective": float(term) + self.retain_weight * float(logs.get("train/retain_loss", 0.0)),
+        return {"train/objective": float(term.detach()) + self.retain_weight * float(logs.get("train/retain_loss", 0.0)),
                 **{k: float(v) for k, v in logs.items()}}
