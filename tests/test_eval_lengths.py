@@ -33,6 +33,7 @@ def _length(tok, question, answer):
     return len(prompt) + len(tok(" " + answer.strip(), add_special_tokens=False)["input_ids"]) + 1
 
 
+@pytest.mark.slow  # two full evaluations on the real splits (~5 s): main command only, not the 1-minute fast tier
 def test_truncated_sequences_are_counted_per_split_reported_and_warned(real_splits, tmp_path):
     splits, tok = real_splits
     net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=0)

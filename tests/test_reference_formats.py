@@ -61,6 +61,7 @@ def test_the_authors_logs_aggregate_as_the_authors_aggregate_them():
 
 
 @needs_logs
+@pytest.mark.slow  # scores 2800 sequences (~4 s): main command only, not the 1-minute fast tier
 def test_an_evaluation_against_the_authors_logs_uses_the_items_both_cover_and_says_so(tmp_path):
     """The shipped release's forget10 (400 items) scored by a small model against the authors' retain90 logs
     (the first 300): forget quality is the KS test on those 300, and the report notes it."""
