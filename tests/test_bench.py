@@ -101,6 +101,12 @@ methods:
                                                                        if r["method"] == "IdkDPO"} == {1}
     assert "(2 epochs over each forget set, batch 8" in results.read_text().splitlines()[0]  # the budget as run
     assert all(r["band ratio"] is not None and r["verified"] in (0.0, 1.0) for r in runs)
+    from lit_unlearn.verification.holdout_calibration import calibrated_delta
+
+    for r in runs:  # the worst attack's interval is the one the band ratio reads: its reach from 0.5 over a margin
+        reach = max(0.5 - r["worst AUC low"], r["worst AUC high"] - 0.5)
+        assert r["worst AUC low"] <= r["worst AUC"] <= r["worst AUC high"]
+        assert any(r["band ratio"] == pytest.approx(reach / d) for d in calibrated_delta(r["level"])), r
     grid = list(csv.DictReader((out / "grid.csv").open()))
     for method in ("GA", "IdkDPO", "HoldoutMatch"):
         mine = [r for r in runs if r["phase"] == "validation" and r["method"] == method]
