@@ -122,8 +122,11 @@ methods:
     assert float(table[1]["MU"]) == pytest.approx(sum(r["MU"] for r in ga) / 2)
     from scipy import stats  # the interval over seeds, against scipy's
 
-    half = stats.t.ppf(0.975, 1) * stats.sem([r["seconds"] for r in ga])  # seconds: they differ between seeds
-    assert half > 0 and float(table[1]["seconds ci95"]) == pytest.approx(half)
+    half = stats.t.ppf(0.975, 1) * stats.sem([r["seconds"] for r in ga])  # 0 when both seeds took equal time
+    assert float(table[1]["seconds ci95"]) == pytest.approx(half)
+    from lit_unlearn.bench.results import t_half_width  # and on values that differ, against scipy's interval
+    low, high = stats.t.interval(0.95, 2, loc=2.0, scale=stats.sem([1.0, 2.0, 3.0]))
+    assert t_half_width(1.0, 3) == pytest.approx((high - low) / 2) and t_half_width(1.0, 1) is None
     assert float(table[1]["seconds"]) == pytest.approx(sum(r["seconds"] for r in ga) / 2)  # wall time per method
     assert (out / "figure.png").stat().st_size > 0 and "## forget10" in results.read_text()
     before = (out / "runs.jsonl").read_text()
