@@ -38,7 +38,7 @@ def level_rows(folder: Path, level: str, floor: float) -> tuple[list[dict], dict
         forgets = _num(r["verified"]) == 1.0
         keeps = mu is not None and mu >= floor * mu_t
         attacks = [_num(r.get(a, "")) for a in ATTACKS]
-        resists = forgets and all(a is not None and a <= 1.0 for a in attacks) and _num(r.get("robust", "")) == 1.0
+        resists = forgets and _num(r.get("robust", "")) == 1.0  # robust in every seed: every attack within the band
         out.append({"method": r["method"], "point": r["hyper_parameters"], "seeds": int(r["seeds"]),
                     "verified": _num(r["verified"]), "band": _num(r["band ratio"]), "mu_ratio": mu / mu_t,
                     "attacks": attacks, "forgets": forgets, "keeps": keeps, "resists": resists})
@@ -60,8 +60,9 @@ def render(levels: dict[str, Path], floor: float) -> str:
         rows, target = level_rows(folder, level, floor)
         lines += [f"## forget{level} ({target['seeds']} test seeds; table: {folder.name}, "
                   f"[tofu_forget{level}_results.md](tofu_forget{level}_results.md))", "",
-                  "| method | chosen point | verified (share of seeds) | band ratio | MU / target's | relearn | 4-bit | "
-                  "paraphrase | forgets | keeps utility | resists |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| method | chosen point | verified (share of seeds) | band ratio | MU / target's | relearn | "
+                  "4-bit | paraphrase | forgets | keeps utility | resists |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             f = [f"{a:.3g}" if a is not None else "n/a" for a in r["attacks"]]
             lines.append(f"| {r['method']} | {r['point']} | {r['verified']:.2g} | {r['band']:.3g} | "

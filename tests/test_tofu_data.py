@@ -438,8 +438,8 @@ def test_holdout_match_steps_on_the_w1_to_the_holdout_items_token_profile_writte
     tokens' quantiles), from values written out with plain torch, and one SGD step equals
     −lr·∇[w_f·mean_i (W1(s_i) + z_w·W1(z_i)) + w_r·NLL(retain)], W1 written out per item with numpy's quantiles;
     with sam_rho ρ, the forget term's gradient is taken at θ + ρ·g/‖g‖ (g: its gradient at θ), the retain term's
-    at θ; with relearn_lr α, the forget term's gradient is (1 − λ)·∇F(θ) + λ·∇F(θ') at θ' = θ − α·sign(∇NLL_forget),
-    the simulated relearning step."""
+    at θ; with relearn_lr α, the forget term's gradient is (1 − λ)·∇F(θ) + λ·∇F(θ') at
+    θ' = θ − α·sign(∇NLL_forget), the simulated relearning step."""
     import numpy as np
 
     from lit_unlearn.callbacks import HoldoutVerification

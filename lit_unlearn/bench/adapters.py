@@ -50,7 +50,8 @@ class TofuBenchmark(_Benchmark):
     # it, labelled as the gold standard; the audit's band ratios when the bench runs it.
     columns = {"verified": "verify/passed", "band ratio": "verify/band_ratio",
                "worst AUC": "verify/worst_auc", "worst AUC low": "verify/worst_auc_low",
-               "worst AUC high": "verify/worst_auc_high", "band ratio (steering)": "verify/steering_band_ratio", "MU": "model_utility",
+               "worst AUC high": "verify/worst_auc_high", "band ratio (steering)": "verify/steering_band_ratio",
+               "MU": "model_utility",
                "FQ (gold)": "forget_quality", "AUC vs retain-only (gold)": "verification/forget_vs_retain_only_auc",
                "FTR": "forget_truth_ratio", "ES": "forget/es", "forget ROUGE": "forget/rouge",
                "relearn band ratio": "audit/relearn", "int4 band ratio": "audit/int4",
@@ -184,10 +185,10 @@ class TofuBenchmark(_Benchmark):
         for half, prefix in (("steering", "verify/steering_"), ("reporting", "verify/")):
             verdict = half_verdict(report.per_item["mia"], groups, halves, half, attacks, *calibrated_delta(level))
             out[f"{prefix}band_ratio"], out[f"{prefix}passed"] = verdict.band_ratio, float(verdict.passed)
-        # the attack farthest over its margin on the reporting half: its AUC and (1 − 2α) interval
-        _, worst = verdict.worst
-        out["verify/worst_auc"], out["verify/worst_auc_low"], out["verify/worst_auc_high"] = \
-            worst.auc, worst.low, worst.high
+            if half == "reporting":  # the attack farthest over its margin: its AUC and (1 − 2α) interval
+                _, worst = verdict.worst
+                out["verify/worst_auc"], out["verify/worst_auc_low"], out["verify/worst_auc_high"] = \
+                    worst.auc, worst.low, worst.high
         return out
 
     def audit(self, world: World, level: str, network, spec, out: Path) -> dict:

@@ -109,9 +109,8 @@ def split_method_names(text: str, names: list[str]) -> list[str]:
     name matches is kept as written up to the next comma, for the caller's unknown-method error."""
     chosen, rest = [], text.strip()
     while rest:
-        match = max((n for n in names if rest == n or rest.startswith(n + ",")), key=len, default=None)
-        piece = match or rest.split(",", 1)[0].strip()
-        chosen.append(piece)
-        rest = rest[len(match):] if match else rest[len(rest.split(",", 1)[0]):]
-        rest = rest.lstrip(",").lstrip()
+        piece = max((n for n in names if rest == n or rest.startswith(n + ",")), key=len,
+                    default=rest.split(",", 1)[0])
+        chosen.append(piece.strip())
+        rest = rest[len(piece):].lstrip(",").lstrip()
     return [c for c in chosen if c]

@@ -22,9 +22,9 @@ A second named option, off by default: `relearn_lr` α, relearning inside the ob
 tamper-resistant training does it: Tamirisa et al. 2024, after first-order MAML). The attacker's step is simulated:
 θ' = θ − α·sign(∇NLL_forget(θ)), the displacement of the first AdamW steps of fine-tuning on the forget items
 (Adam moves each weight by about its learning rate per step, whatever the gradient's size); the forget term is
-then (1 − λ)·F(θ) + λ·F(θ'), with the gradient of F(θ') taken at θ' (`relearn_weight` λ). The step thus seeks weights
-where the forget items still look unseen after the attacker's first move. Two more forward and backward passes on
-the forget batch per step.
+then (1 − λ)·F(θ) + λ·F(θ'), with the gradient of F(θ') taken at θ' (`relearn_weight` λ). The step thus seeks
+weights where the forget items still look unseen after the attacker's first move. Two more forward and backward
+passes on the forget batch per step.
 
 Reference-free: the holdout items are what a Llama-2-7B user has (TOFU's holdout split, or their own); no
 retain-only model is read, and only the steering half of the holdout items is.
@@ -150,5 +150,5 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
         opt.step()
         if not self.should_compute_diagnostics():
             return {}
-        return {"train/objective": float(term.detach()) + self.retain_weight * float(logs.get("train/retain_loss", 0.0)),
-                **{k: float(v) for k, v in logs.items()}}
+        objective = float(term.detach()) + self.retain_weight * float(logs.get("train/retain_loss", 0.0))
+        return {"train/objective": objective, **{k: float(v) for k, v in logs.items()}}
