@@ -102,6 +102,9 @@ class StepProbe:
             def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
                 if torch.cuda.is_available():
                     torch.cuda.synchronize()
+                    if probe.setup_peak is None:  # the setup's peak (model, strategy, optimizer) apart from the steps'
+                        probe.setup_peak = torch.cuda.max_memory_allocated()
+                        torch.cuda.reset_peak_memory_stats()
                 probe._t = time.perf_counter()
 
             def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -112,15 +115,16 @@ class StepProbe:
                 finite = all(torch.isfinite(p).all().item() for p in pl_module.parameters() if p.numel())
                 probe.finite = probe.finite and finite
 
-        self.callback, self.times, self.finite = _CB(), [], True
+        self.callback, self.times, self.finite, self.setup_peak = _CB(), [], True, None
 
 
 def run_method(name: str, make_module, dm, s: dict, strategy=None) -> dict:
     import lightning.pytorch as pl
 
     probe = StepProbe(s["warmup"])
+    free_device_memory()
+    start = torch.cuda.memory_allocated() if torch.cuda.is_available() else float("nan")
     if torch.cuda.is_available():
-        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     module = make_module()
     module.run_report.enabled = False
@@ -130,14 +134,26 @@ def run_method(name: str, make_module, dm, s: dict, strategy=None) -> dict:
                          callbacks=[probe.callback], log_every_n_steps=50,
                          **({"strategy": strategy} if strategy is not None else {}))
     trainer.fit(module, dm)
-    peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else float("nan")
+    steps_peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else float("nan")
+    setup_peak = probe.setup_peak if probe.setup_peak is not None else float("nan")
+    peak = max(steps_peak, setup_peak) if torch.cuda.is_available() else float("nan")
     med = sorted(probe.times)[len(probe.times) // 2] if probe.times else float("nan")
-    out = {"method": name, "median_step_s": med, "peak_bytes": peak, "finite": probe.finite,
+    # start_bytes: what earlier runs left allocated (a leak shows here, and inflates this run's peak)
+    out = {"method": name, "median_step_s": med, "peak_bytes": peak, "setup_peak_bytes": setup_peak,
+           "steps_peak_bytes": steps_peak, "start_bytes": start, "finite": probe.finite,
            "steps_timed": len(probe.times)}
     del trainer, module
+    free_device_memory()
+    return out
+
+
+def free_device_memory() -> None:
+    """Drop what finished (or failed) runs still reference: Lightning and DeepSpeed keep reference cycles."""
+    import gc
+
+    gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return out
 
 
 def deepspeed_strategy(dry_run: bool):
@@ -190,8 +206,9 @@ def computed_memory(n_params: int, cfg: dict, s: dict) -> dict:
     zero3 = rank_memory(Setting(arch, 3, 1, "hamu", weight_bytes=2 if s["dtype"] == "bfloat16" else 4,
                                 micro_batch=b, seq=seq, baseline=0.0))
     return {"parameters": n_params, "activations_gb": act / GB, "logits_gb": logits / GB,
-            "plain_graddiff_gb": (2 * n_params * 2 + act + logits) / GB,  # bf16 weights + g_r + g_f
-            "plain_hamu_gb": (2 * n_params * 2 + 2 * n_params + act + logits) / GB,
+            # GradDiff takes the same two backward passes as HAMU: bf16 weights, the g_r it keeps, g_f
+            "plain_graddiff_gb": (3 * 2 * n_params + act + logits) / GB,
+            "plain_hamu_gb": (3 * 2 * n_params + act + logits) / GB,
             "zero3_one_gpu_hamu_gb": zero3["peak"] / GB}
 
 
@@ -199,6 +216,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny Llama: checks the script end to end")
     ap.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results")
+    ap.add_argument("--only", action="append", default=None, metavar="PART",
+                    help="run only this part (repeatable): 'single graddiff', 'single hamu', 'OFMU round', "
+                         "'TOFU evaluator', 'zero3 graddiff', 'zero3 hamu'")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     from lit_unlearn.quiet import silence_library_noise
@@ -231,8 +251,10 @@ def main() -> int:
         spec = tiny_llama_config(vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"], layers=cfg["layers"],
                                  heads=cfg["heads"], kv_heads=cfg["kv_heads"],
                                  intermediate_size=cfg["intermediate_size"], max_positions=cfg["max_positions"])
-        return CausalLM(config=spec, dtype=s["dtype"], gradient_checkpointing=not args.dry_run,
-                        attn_implementation="sdpa" if not args.dry_run else "eager", seed=0)
+        # initialised where it runs: a 7B random init on the host takes minutes of the check's budget
+        with torch.device(s["device"]):
+            return CausalLM(config=spec, dtype=s["dtype"], gradient_checkpointing=not args.dry_run,
+                            attn_implementation="sdpa" if not args.dry_run else "eager", seed=0)
 
     dm = lambda: datamodule(folder, tokenizer, s["seq"], s["batch"])  # noqa: E731
     n_params = sum(p.numel() for p in llama(s["model"]).parameters()) if args.dry_run else 6_738_415_616
@@ -245,43 +267,92 @@ def main() -> int:
     big_gpu = torch.cuda.is_available() and torch.cuda.get_device_properties(0).total_memory >= 120 * GB
     zero3_model = s["model"] if args.dry_run or big_gpu else s["ofmu_model"]
     results["zero3_model"] = zero3_model
-    for label, strategy, cfg in (("single", None, s["model"]), ("zero3", "deepspeed", zero3_model)):
+    problems: list[str] = []
+
+    def save() -> None:  # after every measurement: a check cut short by its time limit keeps what it measured
+        results["problems"] = problems
+        results["seconds"] = time.perf_counter() - started
+        (out / "gpu_check.json").write_text(json.dumps(results, indent=1, default=str))
+
+    def attempt(what: str, fn) -> None:  # one failing part (say, ZeRO-3 on this driver) must not hide the others
+        if args.only and what not in args.only:
+            return
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - recorded as a problem, the exit status says so
+            problems.append(f"{what}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+            print(f"  {what}: FAILED ({problems[-1]})", flush=True)
+            del e
+            free_device_memory()
+        save()
+
+    def pair(label, strategy, cfg, name, make):
+        if strategy and not args.only:
+            # Each ZeRO-3 fit in a process of its own: on the GPU, DeepSpeed's engine kept ~100 GB allocated after
+            # GradDiff's fit, and HAMU's fit that followed in the same process ran out of memory (alone: 107 GB).
+            r = in_own_process(f"{label} {name}")
+        else:
+            r = run_method(name, make, dm(), s, deepspeed_strategy(args.dry_run) if strategy else None)
+        r["setting"] = label
+        results["runs"].append(r)
+        print(f"  {label:7s} {name:9s} median step {r['median_step_s'] * 1e3:9.1f} ms, peak "
+              f"{r['peak_bytes'] / GB:7.2f} GB (setup {r['setup_peak_bytes'] / GB:.2f}, steps "
+              f"{r['steps_peak_bytes'] / GB:.2f}), finite {r['finite']}", flush=True)
+
+    def in_own_process(part: str) -> dict:
+        import subprocess
+
+        folder = Path(tempfile.mkdtemp())
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--only", part, "--out", str(folder)]
+        proc = subprocess.run(cmd + (["--dry-run"] if args.dry_run else []), text=True)
+        part_results = json.loads((folder / "gpu_check.json").read_text())
+        if proc.returncode != 0 and part_results["problems"]:
+            raise RuntimeError(part_results["problems"][0])
+        return part_results["runs"][0]
+
+    def pairs(label, strategy, cfg):
         for name, make in (("graddiff", lambda: GradDiffModule(llama(cfg), lr=1e-5, freeze_batchnorm=False)),
                            ("hamu", lambda: HAMUModule(llama(cfg), eta=1e-4, quota=5e-5, freeze_batchnorm=False))):
-            r = run_method(name, make, dm(), s, deepspeed_strategy(args.dry_run) if strategy else None)
-            r["setting"] = label
-            results["runs"].append(r)
-            print(f"  {label:7s} {name:9s} median step {r['median_step_s'] * 1e3:9.1f} ms, peak "
-                  f"{r['peak_bytes'] / GB:7.2f} GB, finite {r['finite']}", flush=True)
-    ofmu = run_method("ofmu", lambda: OFMUModule(llama(s["ofmu_model"]), inner_steps=5, inner_lr=1e-5, beta=0.1,
-                                                 outer_lr=1e-5, rho=0.1, hvp="finite_difference", fd_step=1e-2,
-                                                 inner_clip_norm=1.0, outer_clip_norm=1.0, freeze_batchnorm=False),
-                      dm(), {**s, "steps": 1, "warmup": 0})
-    ofmu["setting"] = "single (1.1B)" if not args.dry_run else "single (tiny)"
-    results["runs"].append(ofmu)
-    print(f"  OFMU round (T = 5): {ofmu['median_step_s']:.2f} s, peak {ofmu['peak_bytes'] / GB:.2f} GB, "
-          f"finite {ofmu['finite']}", flush=True)
-    network = llama(s["model"]).to(s["device"])
-    results["evaluator"] = evaluator_throughput(network, tokenizer, folder, s)
-    print(f"  TOFU evaluator: scoring {results['evaluator']['scoring_pairs_per_s']:.1f} answer pairs/s, "
-          f"generation {results['evaluator']['generation_items_per_s']:.2f} items/s "
-          f"({s['max_new_tokens']} new tokens)", flush=True)
+            attempt(f"{label} {name}", lambda: pair(label, strategy, cfg, name, make))
+
+    pairs("single", None, s["model"])
+
+    def ofmu_round():
+        ofmu = run_method("ofmu", lambda: OFMUModule(llama(s["ofmu_model"]), inner_steps=5, inner_lr=1e-5, beta=0.1,
+                                                     outer_lr=1e-5, rho=0.1, hvp="finite_difference", fd_step=1e-2,
+                                                     inner_clip_norm=1.0, outer_clip_norm=1.0,
+                                                     freeze_batchnorm=False),
+                          dm(), {**s, "steps": 1, "warmup": 0})
+        ofmu["setting"] = "single (1.1B)" if not args.dry_run else "single (tiny)"
+        results["runs"].append(ofmu)
+        print(f"  OFMU round (T = 5): {ofmu['median_step_s']:.2f} s, peak {ofmu['peak_bytes'] / GB:.2f} GB, "
+              f"finite {ofmu['finite']}", flush=True)
+
+    def evaluator():
+        network = llama(s["model"]).to(s["device"])
+        results["evaluator"] = evaluator_throughput(network, tokenizer, folder, s)
+        print(f"  TOFU evaluator: scoring {results['evaluator']['scoring_pairs_per_s']:.1f} answer pairs/s, "
+              f"generation {results['evaluator']['generation_items_per_s']:.2f} items/s "
+              f"({s['max_new_tokens']} new tokens)", flush=True)
+
+    attempt("OFMU round", ofmu_round)
+    attempt("TOFU evaluator", evaluator)
+    pairs("zero3", "deepspeed", zero3_model)
 
     by = {(r["setting"], r["method"]): r for r in results["runs"]}
-    problems = []
     for setting in ("single", "zero3"):
+        if (setting, "hamu") not in by or (setting, "graddiff") not in by:
+            continue
         h, g = by[(setting, "hamu")], by[(setting, "graddiff")]
         copy = grad_fp32 if setting == "single" or zero3_model is s["model"] else 4 * 1_100_048_384
         results[f"{setting}_step_ratio"] = h["median_step_s"] / g["median_step_s"]
-        results[f"{setting}_extra_memory_fp32_copies"] = (h["peak_bytes"] - g["peak_bytes"]) / copy
-        print(f"{setting}: HAMU/GradDiff step time {results[f'{setting}_step_ratio']:.3f}; HAMU − GradDiff peak "
-              f"memory {results[f'{setting}_extra_memory_fp32_copies']:+.3f} fp32 gradient copies")
-        if h["peak_bytes"] - g["peak_bytes"] > copy:
+        results[f"{setting}_extra_memory_fp32_copies"] = (h["steps_peak_bytes"] - g["steps_peak_bytes"]) / copy
+        print(f"{setting}: HAMU/GradDiff step time {results[f'{setting}_step_ratio']:.3f}; HAMU − GradDiff "
+              f"steps' peak memory {results[f'{setting}_extra_memory_fp32_copies']:+.3f} fp32 gradient copies")
+        if h["steps_peak_bytes"] - g["steps_peak_bytes"] > copy:
             problems.append(f"{setting}: HAMU's peak memory exceeds GradDiff's by more than one fp32 gradient copy")
     problems += [f"{r['setting']} {r['method']}: a non-finite step" for r in results["runs"] if not r["finite"]]
-    results["problems"] = problems
-    results["seconds"] = time.perf_counter() - started
-    (out / "gpu_check.json").write_text(json.dumps(results, indent=1, default=str))
+    save()
     (out / "memory_computed.json").write_text(json.dumps(computed_memory(n_params, s["model"], s), indent=1))
     print(f"written: {out / 'gpu_check.json'} and {out / 'memory_computed.json'} ({results['seconds']:.0f} s)")
     for p in problems:
