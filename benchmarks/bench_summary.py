@@ -42,7 +42,7 @@ def level_rows(folder: Path, level: str, floor: float) -> tuple[list[dict], dict
         out.append({"method": r["method"], "point": r["hyper_parameters"], "seeds": int(r["seeds"]),
                     "verified": _num(r["verified"]), "band": _num(r["band ratio"]), "mu_ratio": mu / mu_t,
                     "attacks": attacks, "forgets": forgets, "keeps": keeps, "resists": resists})
-    return out, {"MU": mu_t, "seeds": int(target["seeds"])}
+    return out, {"MU": mu_t, "seeds": int(target["seeds"]), "band": _num(target["band ratio"])}
 
 
 def render(levels: dict[str, Path], floor: float) -> str:
@@ -55,11 +55,13 @@ def render(levels: dict[str, Path], floor: float) -> str:
              f"- **keeps utility**: mean model utility ≥ {floor:g} × the target's;",
              "- **resists**: forgets, and after relearning (10 AdamW steps on other forget authors), 4-bit "
              "quantisation and paraphrased questions every seed stays inside the band (band ratios ≤ 1).", "",
-             "Band ratios are means over seeds (≤ 1 passes; the target sits at about 1.52).", ""]
+             "Band ratios are means over seeds (≤ 1 passes; each level's heading gives the target's).", ""]
     for level, folder in levels.items():
         rows, target = level_rows(folder, level, floor)
         lines += [f"## forget{level} ({target['seeds']} test seeds; table: {folder.name}, "
                   f"[tofu_forget{level}_results.md](tofu_forget{level}_results.md))", "",
+                  f"The target (before unlearning): band ratio {target['band']:.3g}, model utility {target['MU']:.3g}.",
+                  "",
                   "| method | chosen point | verified (share of seeds) | band ratio | MU / target's | relearn | "
                   "4-bit | paraphrase | forgets | keeps utility | resists |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
