@@ -3,11 +3,12 @@
     python benchmarks/bench_backfill_worst_auc.py --out runs/bench_tofu_l05 --runs runs/b05a/runs runs/b05b/runs
 
 For every test row of OUT/runs.jsonl without "worst AUC": find the run's folder (its run.json names the same method,
-world, level, seed, hyper-parameters and step budget), load its final model (the world's target for the Target
-row), score the membership attacks on the forget and holdout splits, and take the reporting half's verdict as the
-bench does (`TofuBenchmark.evaluate`). The row is filled only if the recomputed band ratio equals the one the row
-already holds (to 1e-9): the same weights, data, margins and code. Otherwise it is left alone and reported. Then
-`lit-unlearn bench --levels L --out OUT` finds every run done and writes the table with the filled columns.
+world, level, seed, hyper-parameters and step budget), load its final model (the world's target for the Target row),
+score the membership attacks on the forget and holdout splits, and take the reporting half's verdict as the bench
+does (`lit_unlearn.bench.adapters.verification_columns`, which the bench's evaluation calls). The row is filled only
+if the recomputed band ratio equals the one the row already holds (to 1e-9): the same weights, data, margins and
+code. Otherwise it is left alone and reported. Then `lit-unlearn bench --levels L --out OUT` finds every run done
+and writes the table with the filled columns.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import sys
 import warnings
 from pathlib import Path
 
-ATTACKS = ["loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm"]
-COLUMNS = ("worst AUC", "worst AUC low", "worst AUC high")
+COLUMNS = {"worst AUC": "verify/worst_auc", "worst AUC low": "verify/worst_auc_low",
+           "worst AUC high": "verify/worst_auc_high"}
 
 
 def find_run(folders: list[Path], row: dict) -> Path | None:
@@ -50,13 +51,11 @@ def main() -> int:
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     from lit_unlearn.bench import load_bench_spec
-    from lit_unlearn.bench.adapters import get_benchmark
+    from lit_unlearn.bench.adapters import get_benchmark, verification_columns
     from lit_unlearn.data import TofuSource
     from lit_unlearn.metrics import TofuEvaluator
     from lit_unlearn.models import CausalLM
     from lit_unlearn.packaged_files import packaged_config
-    from lit_unlearn.verification.holdout_calibration import calibrated_delta
-    from lit_unlearn.verification.steering_halves import author_groups, half_verdict, split_halves
 
     out = Path(args.out)
     rows = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines() if x.strip()]
@@ -84,18 +83,15 @@ def main() -> int:
                                             template=world.template, max_length=world.max_length)
         ev = evaluators[key]
         report = ev.run(CausalLM(name_or_path=str(model), **world.network_args), only=["gradnorm"])
-        groups = {side: author_groups(ev.splits[side], side, 20) for side in ("forget", "holdout")}
-        halves = {side: split_halves(groups[side], 0) for side in groups}
-        verdict = half_verdict(report.per_item["mia"], groups, halves, "reporting", ATTACKS, *calibrated_delta(level))
-        if abs(verdict.band_ratio - row["band ratio"]) > 1e-9:
-            refused.append(f"{row['method']} {row['world']} seed {row['seed']}: band ratio {verdict.band_ratio:.12g} "
-                           f"recomputed, {row['band ratio']:.12g} in the row")
+        columns = verification_columns(ev.splits, report.per_item["mia"], level, per_author=20)
+        if abs(columns["verify/band_ratio"] - row["band ratio"]) > 1e-9:
+            refused.append(f"{row['method']} {row['world']} seed {row['seed']}: band ratio "
+                           f"{columns['verify/band_ratio']:.12g} recomputed, {row['band ratio']:.12g} in the row")
             continue
-        _, worst = verdict.worst
-        row.update(dict(zip(COLUMNS, (worst.auc, worst.low, worst.high))))
+        row.update({col: columns[key] for col, key in COLUMNS.items()})
         filled += 1
-        print(f"[{n}/{len(todo)}] {row['method']} {row['world']} seed {row['seed']}: worst AUC {worst.auc:.4f} "
-              f"[{worst.low:.4f}, {worst.high:.4f}] ({worst.attack})", flush=True)
+        print(f"[{n}/{len(todo)}] {row['method']} {row['world']} seed {row['seed']}: worst AUC "
+              f"{row['worst AUC']:.4f} [{row['worst AUC low']:.4f}, {row['worst AUC high']:.4f}]", flush=True)
     tmp = out / "runs.jsonl.tmp"
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
     os.replace(tmp, out / "runs.jsonl")

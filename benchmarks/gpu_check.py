@@ -282,8 +282,7 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001 - recorded as a problem, the exit status says so
             problems.append(f"{what}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
             print(f"  {what}: FAILED ({problems[-1]})", flush=True)
-            del e
-            free_device_memory()
+        free_device_memory()  # outside the handler: while it runs, the traceback still holds the failed run's frames
         save()
 
     def pair(label, strategy, cfg, name, make):

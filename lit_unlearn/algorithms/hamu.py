@@ -277,8 +277,9 @@ def hamu_step(
     sizes = None if sizes is None else torch.as_tensor(sizes, dtype=torch.float64)
     sol = solve_blocks(aa, bb, crf, q, radius, infeasible, sizes)
     one = lambda t: t.sum().reshape(1)  # noqa: E731
-    global_sol = solve_blocks(one(aa), one(bb), one(crf), torch.tensor([float(quota)], dtype=aa.dtype, device=aa.device),
-                              eta * one(aa).sqrt(), infeasible, None if sizes is None else one(sizes))
+    global_quota = torch.tensor([float(quota)], dtype=aa.dtype, device=aa.device)  # on the statistics' device
+    global_sol = solve_blocks(one(aa), one(bb), one(crf), global_quota, eta * one(aa).sqrt(), infeasible,
+                              None if sizes is None else one(sizes))
     if variant == "Q":
         coef_f, coef_r = sol.coef_b * c_f, sol.coef_a * c_r
     else:

@@ -10,7 +10,9 @@ from typing import Any
 
 from lit_unlearn.errors import UserError
 
-__all__ = ["World", "TofuBenchmark", "MuseBenchmark", "get_benchmark"]
+__all__ = ["World", "TofuBenchmark", "MuseBenchmark", "get_benchmark", "verification_columns"]
+
+VERIFICATION_ATTACKS = ["loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm"]
 
 
 class World:
@@ -21,6 +23,26 @@ class World:
         self.name, self.data, self.tokenizer, self.target = name, data, tokenizer, target
         self.references, self.template, self.network_args = references, template, network_args or {}
         self.max_length = max_length
+
+
+def verification_columns(splits: dict[str, list[dict]], mia: dict, level: str, per_author: int) -> dict[str, float]:
+    """The reference-free verification's columns from the membership scores, split and calibrated as
+    HoldoutVerification does it: both halves' band ratio and verdict, and on the reporting half the attack farthest
+    over its margin, its AUC and (1 − 2α) interval."""
+    from lit_unlearn.verification.holdout_calibration import calibrated_delta
+    from lit_unlearn.verification.steering_halves import author_groups, half_verdict, split_halves
+
+    groups = {side: author_groups(splits[side], side, per_author) for side in ("forget", "holdout")}
+    halves = {side: split_halves(groups[side], 0) for side in groups}
+    out = {}
+    for half, prefix in (("steering", "verify/steering_"), ("reporting", "verify/")):
+        verdict = half_verdict(mia, groups, halves, half, VERIFICATION_ATTACKS, *calibrated_delta(level))
+        out[f"{prefix}band_ratio"], out[f"{prefix}passed"] = verdict.band_ratio, float(verdict.passed)
+        if half == "reporting":
+            _, worst = verdict.worst
+            out["verify/worst_auc"], out["verify/worst_auc_low"], out["verify/worst_auc_high"] = \
+                worst.auc, worst.low, worst.high
+    return out
 
 
 def _best(rows: list[dict], key, ok) -> dict | None:
@@ -164,8 +186,6 @@ class TofuBenchmark(_Benchmark):
     def evaluate(self, world: World, level: str, network, spec) -> dict:
         from lit_unlearn.data import TofuSource
         from lit_unlearn.metrics import TofuEvaluator
-        from lit_unlearn.verification.holdout_calibration import calibrated_delta
-        from lit_unlearn.verification.steering_halves import author_groups, half_verdict, split_halves
 
         key = (world.name, level)
         if key not in self._evaluators:  # one per world and level: the data is read and tokenised once
@@ -177,19 +197,8 @@ class TofuBenchmark(_Benchmark):
             warnings.simplefilter("ignore")
             report = evaluator.run(network)
         out = {**report.summary, **{f"verification/{k}": v for k, v in (report.verification or {}).items()}}
-        # the reference-free verification, split and calibrated as HoldoutVerification does it
         per_author = 20 if spec.data.get("kind", "world") != "generated" else int(spec.data.get("n_questions", 8))
-        groups = {side: author_groups(evaluator.splits[side], side, per_author) for side in ("forget", "holdout")}
-        halves = {side: split_halves(groups[side], 0) for side in groups}
-        attacks = ["loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm"]
-        for half, prefix in (("steering", "verify/steering_"), ("reporting", "verify/")):
-            verdict = half_verdict(report.per_item["mia"], groups, halves, half, attacks, *calibrated_delta(level))
-            out[f"{prefix}band_ratio"], out[f"{prefix}passed"] = verdict.band_ratio, float(verdict.passed)
-            if half == "reporting":  # the attack farthest over its margin: its AUC and (1 − 2α) interval
-                _, worst = verdict.worst
-                out["verify/worst_auc"], out["verify/worst_auc_low"], out["verify/worst_auc_high"] = \
-                    worst.auc, worst.low, worst.high
-        return out
+        return {**out, **verification_columns(evaluator.splits, report.per_item["mia"], level, per_author)}
 
     def audit(self, world: World, level: str, network, spec, out: Path) -> dict:
         """The audit's band ratios of the unlearned model alone (the bound is 1: no retain-only model read)."""
