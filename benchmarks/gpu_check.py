@@ -91,9 +91,9 @@ def datamodule(folder: Path, tokenizer, seq: int, batch: int):
 
 # ----- measurements -------------------------------------------------------------------------------------------------
 class StepProbe:
-    """Step times, finiteness and peak memory of a short fit."""
+    """Step times, finiteness and peak memory of a short fit; `profile`: a torch.profiler table of the last step."""
 
-    def __init__(self, warmup: int) -> None:
+    def __init__(self, warmup: int, profile: bool = False, last_step: int | None = None) -> None:
         from lightning.pytorch.callbacks import Callback
 
         probe = self
@@ -105,30 +105,56 @@ class StepProbe:
                     if probe.setup_peak is None:  # the setup's peak (model, strategy, optimizer) apart from the steps'
                         probe.setup_peak = torch.cuda.max_memory_allocated()
                         torch.cuda.reset_peak_memory_stats()
+                if profile and trainer.global_step + 1 == last_step:
+                    probe._profiler = profiler()
+                    probe._profiler.__enter__()
                 probe._t = time.perf_counter()
 
             def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
                 if torch.cuda.is_available():
                     torch.cuda.synchronize()
-                if trainer.global_step > warmup:
+                if probe._profiler is not None:  # not timed: the profiler slows the step it watches
+                    probe._profiler.__exit__(None, None, None)
+                    probe.profile = profile_table(probe._profiler)
+                    probe._profiler = None
+                elif trainer.global_step > warmup:
                     probe.times.append(time.perf_counter() - probe._t)
                 finite = all(torch.isfinite(p).all().item() for p in pl_module.parameters() if p.numel())
                 probe.finite = probe.finite and finite
 
         self.callback, self.times, self.finite, self.setup_peak = _CB(), [], True, None
+        self._profiler, self.profile = None, None
 
 
-def run_method(name: str, make_module, dm, s: dict, strategy=None) -> dict:
+def profiler():
+    from torch.profiler import ProfilerActivity, profile
+
+    return profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else []))
+
+
+def profile_table(prof, rows: int = 25) -> dict:
+    """The ops of one profiled step by self time on the device (the CPU in a dry run), as text and as records."""
+    device = torch.cuda.is_available()
+    key = "self_device_time_total" if device else "self_cpu_time_total"
+    events = prof.key_averages()
+    top = sorted(events, key=lambda e: getattr(e, key, 0) or 0, reverse=True)[:rows]
+    records = [{"op": e.key, "calls": e.count, "self_ms": (getattr(e, key, 0) or 0) / 1e3} for e in top]
+    total = sum((getattr(e, key, 0) or 0) for e in events) / 1e3
+    return {"by": key, "total_self_ms": total, "top": records}
+
+
+def run_method(name: str, make_module, dm, s: dict, strategy=None, profile: bool = False) -> dict:
     import lightning.pytorch as pl
 
-    probe = StepProbe(s["warmup"])
+    max_steps = s["warmup"] + s["steps"] + (1 if profile else 0)
+    probe = StepProbe(s["warmup"], profile, max_steps)
     free_device_memory()
     start = torch.cuda.memory_allocated() if torch.cuda.is_available() else float("nan")
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     module = make_module()
     module.run_report.enabled = False
-    trainer = pl.Trainer(max_steps=s["warmup"] + s["steps"], accelerator="gpu" if s["device"] == "cuda" else "cpu",
+    trainer = pl.Trainer(max_steps=max_steps, accelerator="gpu" if s["device"] == "cuda" else "cpu",
                          devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
                          callbacks=[probe.callback], log_every_n_steps=50,
@@ -142,6 +168,8 @@ def run_method(name: str, make_module, dm, s: dict, strategy=None) -> dict:
     out = {"method": name, "median_step_s": med, "peak_bytes": peak, "setup_peak_bytes": setup_peak,
            "steps_peak_bytes": steps_peak, "start_bytes": start, "finite": probe.finite,
            "steps_timed": len(probe.times)}
+    if probe.profile is not None:
+        out["profile"] = probe.profile
     del trainer, module
     free_device_memory()
     return out
@@ -217,8 +245,10 @@ def main() -> int:
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny Llama: checks the script end to end")
     ap.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results")
     ap.add_argument("--only", action="append", default=None, metavar="PART",
-                    help="run only this part (repeatable): 'single graddiff', 'single hamu', 'OFMU round', "
-                         "'TOFU evaluator', 'zero3 graddiff', 'zero3 hamu'")
+                    help="run only this part (repeatable): 'single graddiff', 'single hamu', 'single hamu_fused', "
+                         "'single hamu_f64', 'OFMU round', 'TOFU evaluator', 'zero3 graddiff', 'zero3 hamu'")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile one extra step of each single-GPU run (not timed; the table goes to the JSON)")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     from lit_unlearn.quiet import silence_library_noise
@@ -291,7 +321,8 @@ def main() -> int:
             # GradDiff's fit, and HAMU's fit that followed in the same process ran out of memory (alone: 107 GB).
             r = in_own_process(f"{label} {name}")
         else:
-            r = run_method(name, make, dm(), s, deepspeed_strategy(args.dry_run) if strategy else None)
+            r = run_method(name, make, dm(), s, deepspeed_strategy(args.dry_run) if strategy else None,
+                           profile=args.profile and not strategy)
         r["setting"] = label
         results["runs"].append(r)
         print(f"  {label:7s} {name:9s} median step {r['median_step_s'] * 1e3:9.1f} ms, peak "
@@ -310,8 +341,14 @@ def main() -> int:
         return part_results["runs"][0]
 
     def pairs(label, strategy, cfg):
-        for name, make in (("graddiff", lambda: GradDiffModule(llama(cfg), lr=1e-5, freeze_batchnorm=False)),
-                           ("hamu", lambda: HAMUModule(llama(cfg), eta=1e-4, quota=5e-5, freeze_batchnorm=False))):
+        methods = {"graddiff": lambda: GradDiffModule(llama(cfg), lr=1e-5, freeze_batchnorm=False),
+                   "hamu": lambda: HAMUModule(llama(cfg), eta=1e-4, quota=5e-5, freeze_batchnorm=False)}
+        if not strategy:  # beside the default: the fused passes (opt-in), and the earlier float64 combination
+            methods["hamu_fused"] = lambda: HAMUModule(llama(cfg), eta=1e-4, quota=5e-5, freeze_batchnorm=False,
+                                                       fused_passes=True)
+            methods["hamu_f64"] = lambda: HAMUModule(llama(cfg), eta=1e-4, quota=5e-5, freeze_batchnorm=False,
+                                                     combine_precision="float64")
+        for name, make in methods.items():
             attempt(f"{label} {name}", lambda: pair(label, strategy, cfg, name, make))
 
     pairs("single", None, s["model"])
@@ -346,6 +383,12 @@ def main() -> int:
         copy = grad_fp32 if setting == "single" or zero3_model is s["model"] else 4 * 1_100_048_384
         results[f"{setting}_step_ratio"] = h["median_step_s"] / g["median_step_s"]
         results[f"{setting}_extra_memory_fp32_copies"] = (h["steps_peak_bytes"] - g["steps_peak_bytes"]) / copy
+        for variant, what in (("hamu_fused", "fused passes"), ("hamu_f64", "every bf16 block combined in float64")):
+            if (setting, variant) in by:
+                results[f"{setting}_step_ratio_{variant}"] = by[(setting, variant)]["median_step_s"] / g[
+                    "median_step_s"]
+                print(f"{setting}: HAMU ({what}) / GradDiff step time "
+                      f"{results[f'{setting}_step_ratio_{variant}']:.3f}")
         print(f"{setting}: HAMU/GradDiff step time {results[f'{setting}_step_ratio']:.3f}; HAMU − GradDiff "
               f"steps' peak memory {results[f'{setting}_extra_memory_fp32_copies']:+.3f} fp32 gradient copies")
         if h["steps_peak_bytes"] - g["steps_peak_bytes"] > copy:

@@ -43,6 +43,59 @@ def test_hamu_step_is_the_same_on_cuda_and_cpu(variant, clip_norm):
     torch.testing.assert_close(gpu.global_solution.coef_a.cpu(), cpu.global_solution.coef_a, rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("work", [torch.float32, torch.float64])
+def test_combination_is_bit_for_bit_the_same_on_cuda_and_cpu(dtype, work):
+    from lit_unlearn.algorithms import combine_into
+    from lit_unlearn.algorithms.blocks import STATS_CHUNK
+
+    g = torch.Generator().manual_seed(1)
+    gf = (torch.randn(STATS_CHUNK + 77, generator=g) * 3).to(dtype)
+    gr = (torch.randn(STATS_CHUNK + 77, generator=g) * 3).to(dtype)
+    cpu, gpu = gf.clone(), gf.cuda()
+    combine_into([cpu], [cpu], [gr], [-0.731], [0.298], [work])
+    combine_into([gpu], [gpu], [gr.cuda()], [-0.731], [0.298], [work])
+    # the float32 path may fuse a multiply-add differently per device: then one step of the last bit, at most
+    diff = (gpu.cpu().double() - cpu.double()).abs()
+    ulp = (torch.nextafter(cpu, torch.full_like(cpu, torch.inf)).double() - cpu.double()).abs()
+    assert (diff <= ulp).all() and (diff == 0).float().mean().item() > 0.999
+
+
+def test_fused_passes_compute_the_eager_passes_on_cuda():
+    from lit_unlearn.algorithms import combine_into, tensor_stats
+    from lit_unlearn.algorithms.fused_passes import fused_combine_into, fused_tensor_stats
+
+    g = torch.Generator(device="cuda").manual_seed(2)
+    shapes = [(4096, 1001), (7,), (3000, 11)]
+    gr = [torch.randn(s, generator=g, device="cuda").to(torch.bfloat16) for s in shapes]
+    gf = [torch.randn(s, generator=g, device="cuda").to(torch.bfloat16) for s in shapes]
+    for fused, eager in zip(fused_tensor_stats(gr, gf), tensor_stats(gr, gf)):
+        torch.testing.assert_close(fused, eager, rtol=1e-13, atol=0)
+    a = torch.tensor([-0.731, 0.5, 3.0], dtype=torch.float64, device="cuda")
+    b = torch.tensor([0.298, -2.0, 0.1], dtype=torch.float64, device="cuda")
+    fused, eager = [t.clone() for t in gf], [t.clone() for t in gf]
+    fused_combine_into(fused, fused, gr, a, b, [torch.float32] * 3)
+    combine_into(eager, eager, gr, a.tolist(), b.tolist(), [torch.float32] * 3)
+    for x, y in zip(fused, eager):
+        assert (x.view(torch.int16).int() - y.view(torch.int16).int()).abs().max().item() <= 1
+
+
+def test_bf16_hamu_with_fused_passes_moves_as_without(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _, tok = tiny_tofu(tmp_path, seed=1)
+    net = CausalLM(config=tiny_llama_config(vocab_size=len(tok), layers=3), dtype="bfloat16", seed=0)
+    moved = []
+    for fused in (False, True):
+        module = HAMUModule(copy.deepcopy(net), eta=0.05, quota=0.01, fused_passes=fused)
+        dm = TofuDataModule(TofuSource(str(tmp_path / "data")), tok, retain_batch_size=6, forget_batch_size=4, seed=0)
+        quick_trainer(2, accelerator="gpu", devices=1, limit_val_batches=0).fit(module, dm)
+        assert module.fused is fused
+        moved.append(torch.cat([(p1.detach().cpu() - p0.detach()).double().flatten() for p0, p1 in
+                                zip(net.parameters(), module.network.parameters())]))
+    assert moved[0].abs().max() > 0
+    assert (moved[1] - moved[0]).norm() / moved[0].norm() <= 1e-2
+
+
 METHODS = {
     "HAMU": lambda net: HAMUModule(net, eta=0.05, quota=0.01),
     "GradDiff": lambda net: GradDiffModule(net, lr=1e-3),

@@ -14,12 +14,16 @@ def test_gpu_check_dry_run(tmp_path, subprocess_env):
     import sys
 
     env = dict(subprocess_env, PYTHON=sys.executable)
-    proc = subprocess.run(["bash", str(REPO / "benchmarks/gpu_check.sh"), "--dry-run", "--out", str(tmp_path)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    command = ["bash", str(REPO / "benchmarks/gpu_check.sh"), "--dry-run", "--profile", "--out", str(tmp_path)]
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((tmp_path / "gpu_check.json").read_text())
     methods = {(r["setting"], r["method"]) for r in results["runs"]}
-    assert {("single", "hamu"), ("single", "graddiff"), ("zero3", "hamu"), ("zero3", "graddiff")} <= methods
+    assert {("single", "hamu"), ("single", "hamu_fused"), ("single", "hamu_f64"), ("single", "graddiff"),
+            ("zero3", "hamu"), ("zero3", "graddiff")} <= methods
+    single_hamu = next(r for r in results["runs"] if (r["setting"], r["method"]) == ("single", "hamu"))
+    ops = [row["op"] for row in single_hamu["profile"]["top"]]  # the profiled step saw the training step's ops
+    assert any("addmm" in op or "mm" in op for op in ops), ops
     assert any(r["method"] == "ofmu" for r in results["runs"])
     assert all(r["finite"] and r["steps_timed"] >= 1 for r in results["runs"])
     assert results["evaluator"]["scoring_pairs_per_s"] > 0 and results["evaluator"]["generation_items_per_s"] > 0

@@ -8,18 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from lit_unlearn.algorithms import Branch, allocate_quota, combine_into, hamu_step, tensor_stats
+from lit_unlearn.algorithms import Branch, allocate_quota, combine_arithmetic, combine_into, hamu_step, tensor_stats
 from lit_unlearn.algorithms.hamu import colinear_tolerance
 
 
-def applied_delta64(step, grads_f, grads_r, precise=True):
-    """The update the module applies (combine in the gradients' dtype, float64 where ill-conditioned), in float64."""
-    from lit_unlearn.modules.hamu import PRECISE_COMBINE_ABOVE
-
+def applied_delta64(step, grads_f, grads_r, precise=True, precision="auto"):
+    """The update the module applies (combine in float32 or the gradients' dtype, float64 where ill-conditioned),
+    in float64. precise=False: every combination in the gradients' own dtype."""
     out = [g.clone() for g in grads_f]
-    u = torch.finfo(grads_f[0].dtype).eps / 2
-    flags = ((2 * u * step.conditioning) > PRECISE_COMBINE_ABOVE).tolist() if precise else None
-    combine_into(out, out, grads_r, step.coef_f.tolist(), step.coef_r.tolist(), flags)
+    work = combine_arithmetic(grads_f[0].dtype, step.conditioning.tolist(), precision) if precise else None
+    combine_into(out, out, grads_r, step.coef_f.tolist(), step.coef_r.tolist(), work)
     return [o.double() for o in out]
 
 
@@ -50,8 +48,9 @@ def exact_perp_fraction(a, b):
     return (aa - ab * ab / bb) / aa
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_near_colinear_gradients_get_the_exact_branch_and_stay_in_the_ball(dtype):
+@pytest.mark.parametrize("dtype,precision", [(torch.float32, "auto"), (torch.bfloat16, "auto"),
+                                             (torch.float16, "auto"), (torch.bfloat16, "float64")])
+def test_near_colinear_gradients_get_the_exact_branch_and_stay_in_the_ball(dtype, precision):
     rng = np.random.default_rng(0)
     n = 64
     for sin in [0.0, 1e-8, 1e-6, 1e-4, 1e-3, 1e-2, 1e-1, 0.5]:
@@ -76,7 +75,7 @@ def test_near_colinear_gradients_get_the_exact_branch_and_stay_in_the_ball(dtype
                     assert branch == Branch.CORRECTED, (sin, dtype)
                 elif perp < tol / 100:
                     assert branch == Branch.COLINEAR, (sin, dtype)
-            delta = applied_delta64(st, [gf], [gr])[0]
+            delta = applied_delta64(st, [gf], [gr], precision=precision)[0]
             r = st.radius.item()
             assert delta.norm().item() <= r * (1 + 1e-6) + 1e-300, (sin, dtype, branch)
             if st.solution.feasible.item():  # the quota, up to rounding δ into the gradients' dtype
@@ -131,3 +130,49 @@ def test_statistics_of_large_tensors_are_chunked_float64():
     rr, ff, rf = tensor_stats([a], [b])
     ref = np.dot(a.double().numpy().astype(np.longdouble), b.double().numpy().astype(np.longdouble))
     assert rf.item() == pytest.approx(float(ref), rel=1e-12)
+
+
+def test_float32_to_bf16_truncation_rounds_toward_zero_bit_for_bit():
+    from lit_unlearn.algorithms.blocks import _round_into
+
+    rng = np.random.default_rng(3)
+    x = torch.tensor(np.concatenate([
+        rng.normal(size=20000) * 10.0 ** rng.integers(-40, 38, size=20000),  # every exponent, both signs
+        rng.normal(size=2000).astype(np.float32).view(np.uint32).__and__(0xFFFF0000).view(np.float32),  # bf16 values
+        [0.0, -0.0, 1e-45, -1e-45, 3.4e38, -3.4e38],
+    ]).astype(np.float32))
+    got = _round_into(x, torch.bfloat16)
+    ref = _round_into(x.double(), torch.bfloat16)  # round to nearest, then step toward zero where it grew
+    assert torch.equal(got.view(torch.int16), ref.view(torch.int16))
+    back = got.double()
+    assert (back.abs() <= x.double().abs()).all()
+    up = torch.nextafter(got, torch.where(x >= 0, torch.inf, -torch.inf).to(torch.bfloat16)).double()
+    assert (up.abs() > x.double().abs()).all()  # and the bf16 value one step further out would have grown
+
+
+def test_auto_and_float64_combinations_agree_to_one_bf16_step_and_never_grow_past_the_float32_bound():
+    from lit_unlearn.algorithms import blocks
+
+    g = torch.Generator().manual_seed(4)
+    n = blocks.STATS_CHUNK + 1001  # the chunked path, with a ragged last chunk
+    gf = torch.randn(n, generator=g).to(torch.bfloat16)
+    gr = torch.randn(n, generator=g).to(torch.bfloat16)
+    a, b = -0.731, 0.298
+    exact = gf.double() * a + gr.double() * b
+    auto, wide = gf.clone(), gf.clone()
+    combine_into([auto], [auto], [gr], [a], [b], [torch.float32])
+    combine_into([wide], [wide], [gr], [a], [b], [torch.float64])
+    bound = 2 * (torch.finfo(torch.float32).eps / 2) * (abs(a) * gf.double().abs() + abs(b) * gr.double().abs())
+    assert (auto.double().abs() <= exact.abs() + bound).all()
+    assert (wide.double().abs() <= exact.abs()).all()
+    steps = (auto.view(torch.int16).int() - wide.view(torch.int16).int()).abs()
+    assert steps.max().item() <= 1 and (steps == 0).float().mean().item() > 0.999
+
+
+def test_combine_precision_choice():
+    cond = [1.0, 3.0, 1e3]
+    assert combine_arithmetic(torch.bfloat16, cond, "auto") == [torch.float32, torch.float32, torch.float64]
+    assert combine_arithmetic(torch.bfloat16, cond, "float64") == [torch.float64] * 3
+    assert combine_arithmetic(torch.float32, cond, "float64") == [torch.float32, torch.float32, torch.float64]
+    with pytest.raises(ValueError, match="choose one of"):
+        combine_arithmetic(torch.float32, cond, "float16")

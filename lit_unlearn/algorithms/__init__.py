@@ -1,6 +1,14 @@
 """Framework-free unlearning math: pure functions on tensors, shared by every trainer."""
 
-from lit_unlearn.algorithms.blocks import GROUPINGS, block_index, block_stats, combine_into, tensor_stats
+from lit_unlearn.algorithms.blocks import (
+    COMBINE_PRECISIONS,
+    GROUPINGS,
+    block_index,
+    block_stats,
+    combine_arithmetic,
+    combine_into,
+    tensor_stats,
+)
 from lit_unlearn.algorithms.hamu import (
     INFEASIBLE_POLICIES,
     QUOTA_ALLOCATIONS,
@@ -15,6 +23,7 @@ from lit_unlearn.algorithms.hamu import (
 )
 
 __all__ = [
+    "COMBINE_PRECISIONS",
     "GROUPINGS",
     "INFEASIBLE_POLICIES",
     "QUOTA_ALLOCATIONS",
@@ -26,6 +35,7 @@ __all__ = [
     "block_index",
     "block_stats",
     "clip_scales",
+    "combine_arithmetic",
     "combine_into",
     "hamu_step",
     "solve_blocks",

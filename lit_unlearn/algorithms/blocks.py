@@ -10,7 +10,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-__all__ = ["GROUPINGS", "block_index", "tensor_stats", "block_stats", "combine_into"]
+__all__ = ["GROUPINGS", "COMBINE_PRECISIONS", "block_index", "tensor_stats", "block_stats", "combine_arithmetic",
+           "combine_into"]
 
 GROUPINGS = ("parameter", "module", "global")
 
@@ -84,34 +85,72 @@ def block_stats(per_tensor: Tensor, index: Tensor, num_blocks: int) -> Tensor:
     return out.index_add_(0, index.to(per_tensor.device), per_tensor)
 
 
+HALF_TYPES = (torch.float16, torch.bfloat16)
+COMBINE_PRECISIONS = ("auto", "float64")
+# A combination computed in a type of unit roundoff u errs by at most 2u·(|a|‖g_f‖ + |b|‖g_r‖) = 2u·c·‖δ‖ (c the
+# block's conditioning). Where that could exceed half of the 1e-6 trust-region tolerance, compute in float64.
+PRECISE_COMBINE_ABOVE = 5e-7
+
+
+def combine_arithmetic(dtype: torch.dtype, conditioning: Sequence[float], precision: str = "auto") -> list[torch.dtype]:
+    """Per tensor, the type its combination is computed in (then rounded once into `dtype`; toward zero for bf16 and
+    fp16, so the stored update is never longer than the computed one).
+
+    auto:    float32 for bf16/fp16 gradients and the gradients' own type otherwise, wherever its error bound
+             2u·c stays under PRECISE_COMBINE_ABOVE; float64 elsewhere. The trust region holds as with float64.
+    float64: every bf16/fp16 combination in float64 (the earlier implementation; kept to measure against)."""
+    if precision not in COMBINE_PRECISIONS:
+        raise ValueError(f"combine precision {precision!r}: choose one of {COMBINE_PRECISIONS}")
+    if dtype == torch.float64:
+        return [torch.float64] * len(conditioning)
+    if dtype in HALF_TYPES and precision == "float64":
+        return [torch.float64] * len(conditioning)
+    work = torch.float32 if dtype in HALF_TYPES else dtype
+    u = torch.finfo(work).eps / 2
+    return [torch.float64 if 2 * u * c > PRECISE_COMBINE_ABOVE else work for c in conditioning]
+
+
 def _round_into(x: Tensor, dtype: torch.dtype) -> Tensor:
-    """float64 → dtype; for half-precision types toward zero, so that no element grows in magnitude."""
+    """x (float64 or float32) → dtype; for half-precision types toward zero, so that no element grows in magnitude."""
+    if x.dtype == dtype:
+        return x
+    if x.dtype == torch.float32 and dtype == torch.bfloat16:
+        # bf16 is float32's upper 16 bits, and truncating a sign-magnitude pattern rounds toward zero: one pass.
+        return (x.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)
     y = x.to(dtype)
-    if dtype in (torch.float16, torch.bfloat16):
-        grew = y.double().abs() > x.abs()
+    if dtype in HALF_TYPES:
+        grew = y.to(x.dtype).abs() > x.abs()  # exact: bf16 and fp16 values are float32 (and float64) values
         y = torch.where(grew, torch.nextafter(y, torch.zeros_like(y)), y)
     return y
 
 
+def _combined(gf: Tensor, gr: Tensor, a: float, b: float, work: torch.dtype) -> Tensor:
+    """a·gf + b·gr computed in `work` (the inputs convert exactly: every bf16/fp16/fp32 value is a float64 value)."""
+    if work == torch.float64:
+        return gf.double() * a + gr.double() * b
+    return gf.to(work, copy=True).mul_(a).add_(gr, alpha=b)  # float32: two passes fewer than the form above
+
+
 def combine_into(
     out: Sequence[Tensor], grads_f: Sequence[Tensor], grads_r: Sequence[Tensor], coef_f: Sequence[float],
-    coef_r: Sequence[float], precise: Sequence[bool] | None = None,
+    coef_r: Sequence[float], arithmetic: Sequence[torch.dtype] | None = None,
 ) -> None:
     """out[k] ← coef_f[k]·grads_f[k] + coef_r[k]·grads_r[k], in place (out may alias grads_f).
 
-    precise[k]: compute that combination in float64 and round once into out[k]'s dtype. Needed where the two
-    terms nearly cancel (almost colinear gradients, large opposite coefficients): in float32 the cancellation
-    error would be a visible fraction of the result. Into bf16/fp16 the rounding is toward zero, element by
-    element, so the stored update is never longer than the exact one (the trust region holds at any dtype)."""
+    arithmetic[k]: the type to compute that combination in (`combine_arithmetic`); None: out[k]'s own type. A wider
+    type is used where the two terms nearly cancel (almost colinear gradients, large opposite coefficients), or where
+    out[k] is bf16/fp16; the result is rounded once into out[k]'s dtype, toward zero for bf16/fp16, element by
+    element, so the stored update is never longer than the computed one (the trust region holds at any dtype)."""
     for k, (o, gf, gr, a, b) in enumerate(zip(out, grads_f, grads_r, coef_f, coef_r)):
-        if precise is not None and precise[k] and o.dtype != torch.float64:
+        work = o.dtype if arithmetic is None else arithmetic[k]
+        if work != o.dtype:
             if not o.is_contiguous():
-                o.copy_(_round_into(gf.double() * a + gr.double() * b, o.dtype))
+                o.copy_(_round_into(_combined(gf, gr, a, b, work), o.dtype))
                 continue
             flat_o, flat_f, flat_r = o.view(-1), gf.reshape(-1), gr.reshape(-1)
-            for start in range(0, flat_o.numel(), STATS_CHUNK):
+            for start in range(0, flat_o.numel(), STATS_CHUNK):  # bounded temporary memory for any tensor size
                 sl = slice(start, start + STATS_CHUNK)
-                flat_o[sl] = _round_into(flat_f[sl].double() * a + flat_r[sl].double() * b, o.dtype)
+                flat_o[sl] = _round_into(_combined(flat_f[sl], flat_r[sl], a, b, work), o.dtype)
         elif o is gf:
             o.mul_(a).add_(gr, alpha=b)
         else:
