@@ -261,6 +261,9 @@ def main() -> int:
         print("no GPU: run with --dry-run on CPU", file=sys.stderr)
         return 2
     if args.dry_run:
+        from lit_unlearn.algorithms import fused_passes
+
+        fused_passes.BACKEND = "eager"  # the dry run checks this script: the fused passes' arithmetic, uncompiled
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
         for k in ("MASTER_ADDR", "MASTER_PORT"):
             os.environ.setdefault(k, "127.0.0.1" if k == "MASTER_ADDR" else "29517")

@@ -37,9 +37,24 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(1)
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # xdist hands out the files in the order of LONGEST_FIRST
     if _is_controller(config) and "not slow" not in (config.option.markexpr or "") and \
             (config.option.markexpr or "").strip() != "extended":
         _build_world_before_the_workers()
+
+
+# The longest files first, so that what is left at the end of a run is short and the two workers finish together
+# (seconds each took in the README's command; every other file takes under 20). xdist's default order is by the
+# number of tests in a file, which put a 33-second one-test file last.
+LONGEST_FIRST = ("test_llm_cli.py", "test_deepspeed.py", "test_cluster.py", "test_tofu_world.py",
+                 "test_holdout_world.py", "test_cli_and_resume.py", "test_tofu_eval_units.py",
+                 "test_preempted_resume.py", "test_distributed_shutdown.py", "test_gpu_check.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
 def _is_controller(config) -> bool:
@@ -69,6 +84,17 @@ def subprocess_env():
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+@pytest.fixture(scope="session")
+def prefork(subprocess_env):
+    """Single-process runs forked from a server that has imported torch, Lightning and the commands once
+    (tests/prefork.py): real processes, without ~6 CPU-s of imports each."""
+    from prefork import Server
+
+    server = Server(subprocess_env)
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="session")
@@ -103,3 +129,17 @@ def digits_target(tmp_path_factory):
                 os.chdir(cwd)
     assert ckpt.is_file()
     return ckpt
+
+
+_TIMELINE = os.environ.get("LIT_UNLEARN_TEST_TIMELINE")  # a file: each test phase's worker, start and end
+
+
+if _TIMELINE:
+    import time as _time
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        t0 = _time.time()
+        yield
+        with open(_TIMELINE, "a") as f:
+            f.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')}\t{t0:.2f}\t{_time.time():.2f}\t{item.nodeid}\n")

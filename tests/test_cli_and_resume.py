@@ -15,10 +15,14 @@ pytestmark = pytest.mark.slow
 TINY_NET = ["--model.init_args.network.init_args.depth=8"]
 
 
-def cli(args, cwd, env, check=True):
-    # The interpreter running the tests, not whatever `lit-unlearn` is on PATH (CI does not activate the venv).
-    proc = subprocess.run([sys.executable, "-m", "lit_unlearn.cli", *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=600)
+def cli(args, cwd, env, check=True, prefork=None):
+    """A real process: a fresh interpreter (the interpreter running the tests, not whatever `lit-unlearn` is on
+    PATH: CI does not activate the venv), or one forked from the pre-imported server where `prefork` is given."""
+    command = [sys.executable, "-m", "lit_unlearn.cli", *args]
+    if prefork is not None:
+        proc = prefork.run(command, cwd=cwd, env=env, timeout=600)
+    else:
+        proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"lit-unlearn {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
                              f"{proc.stderr[-5000:]}")
@@ -106,13 +110,13 @@ data:
 """
 
 
-def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(target, tmp_path, subprocess_env):
+def test_sigkill_mid_epoch_then_resume_matches_an_uninterrupted_run(target, tmp_path, subprocess_env, prefork):
     # 21 steps per epoch at these batch sizes; checkpoints every 4 steps; killed at step 26, so the last
     # checkpoint is step 24, mid-way through the second epoch.
     common, straight, crashed = _straight_and_crashed(tmp_path, "resume.yaml", RESUME_CONFIG, target)
     cli_here(["unlearn", *common], straight, check=True)  # the process is not the point: in this one
     killed = cli(["unlearn", *common, "--trainer.callbacks+=kill_switch.KillAtStep", "--trainer.callbacks.step=26"],
-                 crashed, subprocess_env, check=False)
+                 crashed, subprocess_env, check=False, prefork=prefork)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     ckpt = torch.load(crashed / "runs/digits/hamu/version_0/checkpoints/last.ckpt", map_location="cpu",
                       weights_only=True)
@@ -152,7 +156,8 @@ def _callback_state(folder, prefix):
     return next(v for k, v in ckpt["callbacks"].items() if k.startswith(prefix))
 
 
-def test_killed_and_resumed_target_run_keeps_the_stop_and_controller_state(target, tmp_path, subprocess_env):
+def test_killed_and_resumed_target_run_keeps_the_stop_and_controller_state(target, tmp_path, subprocess_env,
+                                                                          prefork):
     """SIGKILL in the middle of a run that stops at a target with the quota controller; the resumed run ends on
     the same step, with the same evaluation history and closest weights, bit-equal to an uninterrupted run."""
     common, straight, crashed = _straight_and_crashed(tmp_path, "target.yaml", TARGET_CONFIG, target)
@@ -161,7 +166,7 @@ def test_killed_and_resumed_target_run_keeps_the_stop_and_controller_state(targe
     assert stop["first_met_step"] is not None and len(stop["history"]) >= 4
     kill_at = int(stop["history"][2]["step"]) + 2  # after a few evaluations, between checkpoints
     killed = cli(["unlearn", *common, "--trainer.callbacks+=kill_switch.KillAtStep",
-                  f"--trainer.callbacks.step={kill_at}"], crashed, subprocess_env, check=False)
+                  f"--trainer.callbacks.step={kill_at}"], crashed, subprocess_env, check=False, prefork=prefork)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     cli_here(["unlearn", *common, "--ckpt_path=last"], crashed, check=True)
     a_state, a_step, _ = _final_state(straight, kappa=False)
@@ -174,7 +179,7 @@ def test_killed_and_resumed_target_run_keeps_the_stop_and_controller_state(targe
     assert _callback_state(crashed, "QuotaController") == _callback_state(straight, "QuotaController")
 
 
-def test_two_process_ddp_matches_one_process_at_the_same_global_batch(target, tmp_path, subprocess_env):
+def test_two_process_ddp_matches_one_process_at_the_same_global_batch(target, tmp_path, subprocess_env, prefork):
     """World-size invariance: 2 CPU processes (gloo), each taking half of every global batch, make the same
     update as one process, to fp32 reduction-order noise. (Over several steps that noise can flip a block's
     branch near a boundary, so the comparison is on one step, relative to the update's size.)"""
@@ -185,7 +190,7 @@ def test_two_process_ddp_matches_one_process_at_the_same_global_batch(target, tm
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()
     cli_here([*args, "--trainer.devices=1"], one, check=True)
-    cli([*args, "--trainer.devices=2", "--trainer.strategy=ddp"], two, subprocess_env)
+    cli([*args, "--trainer.devices=2", "--trainer.strategy=ddp"], two, subprocess_env, prefork=prefork)
     start = torch.load(target, map_location="cpu", weights_only=True)["state_dict"]
     a, a_step, _ = _final_state(one)
     b, b_step, _ = _final_state(two)

@@ -34,9 +34,23 @@ model:
 """
 
 
-def cli(args, cwd, env, check=True):
-    proc = subprocess.run([sys.executable, "-m", "lit_unlearn.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+@pytest.fixture(autouse=True)
+def _prefork(prefork):
+    global PREFORK
+    PREFORK = prefork
+
+
+PREFORK = None
+
+
+def cli(args, cwd, env, check=True, fresh=False):
+    """A real process of its own: forked from the pre-imported server (tests/prefork.py) unless `fresh`, which a
+    run that re-executes the interpreter for more processes (DDP) needs."""
+    command = [sys.executable, "-m", "lit_unlearn.cli", *args]
+    if fresh:
+        proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    else:
+        proc = PREFORK.run(command, cwd=cwd, env=env, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}")
     return proc

@@ -7,7 +7,6 @@ Each launch of 2 processes runs every method in turn (tests/ds_worker.py), and t
 below: starting the processes costs far more than the tiny runs themselves."""
 
 import re
-import subprocess
 import sys
 
 import pytest
@@ -29,15 +28,16 @@ MODES = {"one": [], "zero2": ["--stage", "2", "--devices", "2"], "zero3": ["--st
 class Launches:
     """Each launch runs once, on first use, and its outputs are shared by every test that reads them."""
 
-    def __init__(self, root, env):
-        self.root, self.env, self.done = root, env, {}
+    def __init__(self, root, env, prefork):
+        self.root, self.env, self.done, self.prefork = root, env, {}, prefork
 
     def launch(self, key, *args, expect=0):
         if key not in self.done:
             out = self.root / key
-            proc = subprocess.run([sys.executable, WORKER, "--data", str(self.root / "data"), "--tokenizer",
-                                   str(self.root / "tok"), "--out-dir", str(out), *args], capture_output=True,
-                                  text=True, timeout=900, env=self.env)
+            # rank 0 forked from the pre-imported server (tests/prefork.py); Lightning starts rank 1 afresh
+            proc = self.prefork.run([sys.executable, WORKER, "--data", str(self.root / "data"), "--tokenizer",
+                                     str(self.root / "tok"), "--out-dir", str(out), *args], self.root, self.env,
+                                    timeout=900)
             assert proc.returncode == expect, proc.stdout[-2000:] + proc.stderr[-4000:]
             self.done[key] = out
         return self.done[key]
@@ -52,14 +52,14 @@ class Launches:
 
 
 @pytest.fixture(scope="module")
-def launches(tmp_path_factory, subprocess_env):
+def launches(tmp_path_factory, subprocess_env, prefork):
     root = tmp_path_factory.mktemp("ds")
     write_tofu_json(root / "data", n_authors=20, n_questions=4, seed=1)
     s = generate_fictitious_tofu(n_authors=20, n_questions=4, seed=1)
     train_bpe_tokenizer([r["question"] + " " + r["answer"] for rows in s.values() for r in rows], root / "tok",
                         vocab_size=300)
     # the shared-memory extension DeepSpeed compiles on first use stays in the user's cache across sessions
-    return Launches(root, dict(subprocess_env, DS_ACCELERATOR="cpu"))
+    return Launches(root, dict(subprocess_env, DS_ACCELERATOR="cpu"), prefork)
 
 
 @pytest.fixture(scope="module")

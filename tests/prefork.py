@@ -1,0 +1,225 @@
+"""Real processes for `python -m MODULE ARGS` or `python SCRIPT ARGS` without paying the imports each time.
+
+A server process imports torch, Lightning, transformers and the lit-unlearn commands once; each run is a child
+forked from it. The child is a real process of its own: its own pid, signals delivered to it as to any process
+(SIGKILL, SIGTERM, SLURM's SIGUSR1), its own exit status, the interpreter's normal shutdown. What it skips is
+what every test of ours would otherwise repeat: about 6 CPU-seconds of imports. The console script and the
+interpreter start itself stay covered by tests that exec a fresh interpreter (tests/test_cli_and_resume.py,
+tests/test_llm_cli.py).
+
+    server.run([sys.executable, "-m", "lit_unlearn.cli", ...], cwd=..., env=..., timeout=...)  # subprocess.run
+    server.popen([sys.executable, "tests/worker.py", ...], cwd=..., env=...)  # subprocess.Popen: pid, communicate
+
+Runs may overlap (the ranks of one job). Where a launcher re-executes the interpreter for more ranks (Lightning's
+DDP and DeepSpeed launchers), rank 0 is forked from here and the others are fresh interpreters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PRELOAD = ("torch", "lightning.pytorch", "transformers", "lit_unlearn.cli", "lit_unlearn.commands",
+           "lit_unlearn.launch.runs", "lit_unlearn.modules", "lit_unlearn.data", "lit_unlearn.models",
+           "lit_unlearn.callbacks", "jsonargparse", "tensorboard.compat.proto.event_pb2")
+
+
+def _send(conn: socket.socket, obj) -> None:
+    data = json.dumps(obj).encode()
+    conn.sendall(struct.pack("!I", len(data)) + data)
+
+
+def _recv(conn: socket.socket):
+    head = b""
+    while len(head) < 4:
+        chunk = conn.recv(4 - len(head))
+        if not chunk:
+            raise ConnectionError("the prefork server closed the connection")
+        head += chunk
+    (n,) = struct.unpack("!I", head)
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("the prefork server closed the connection")
+        data += chunk
+    return json.loads(data)
+
+
+# ----- the server ------------------------------------------------------------------------------------------------
+def _child(request: dict, listener: socket.socket, conn: socket.socket) -> None:
+    """In the forked child: become the requested process, then exit through the interpreter's normal shutdown."""
+    listener.close()
+    conn.close()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    os.setpgrp()  # a kill aimed at this run's group reaches none of the server's other children
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    for fd, path, mode in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY),
+                           (2, request["stderr"], os.O_WRONLY)):
+        target = os.open(path, mode)
+        os.dup2(target, fd)
+        os.close(target)
+    import io
+
+    # Unbuffered like PYTHONUNBUFFERED=1: what was written before a SIGKILL is in the files.
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True, encoding="utf-8")
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True, encoding="utf-8",
+                                  errors="backslashreplace")
+    sys.stdin = open(0)  # noqa: SIM115 - the process's stdin, for its lifetime
+    # sys.path as the interpreter builds it: the working folder (-m) or the script's folder first, then PYTHONPATH's
+    module, script = request.get("module"), request.get("script")
+    sys.path[0] = request["cwd"] if module else os.path.dirname(os.path.abspath(script))
+    sys.path[1:1] = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+    import runpy
+
+    sys.argv = [module or script, *request["args"]]
+    code = 0
+    try:
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:  # noqa: BLE001 - as the interpreter would: traceback on stderr, status 1
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    sys.exit(code)
+
+
+def serve(address: str) -> None:
+    for name in PRELOAD:
+        __import__(name)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(16)
+    import threading
+
+    if threading.active_count() != 1:  # forking a process with other threads can copy a lock some thread holds
+        raise RuntimeError(f"the prefork server has {threading.active_count()} threads after its imports")
+    print("ready", flush=True)
+    while True:
+        _reap(block=False)
+        conn, _ = listener.accept()
+        request = _recv(conn)
+        if request.get("stop"):
+            conn.close()
+            break
+        # A monitor per run waits for it and reports its status, so runs may overlap (the ranks of a job).
+        if os.fork() == 0:
+            pid = os.fork()
+            if pid == 0:
+                _child(request, listener, conn)  # never returns
+            listener.close()
+            _send(conn, {"pid": pid})
+            _, status = os.waitpid(pid, 0)
+            _send(conn, {"returncode": -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)})
+            os._exit(0)  # the monitor: no interpreter shutdown of the server's state
+        conn.close()
+    listener.close()
+    _reap(block=True)
+
+
+def _reap(block: bool) -> None:
+    """Wait for finished monitors: their CPU time (and their runs') then counts in this server's, and so in the
+    test session's (/usr/bin/time)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+# ----- the client ------------------------------------------------------------------------------------------------
+class Forked:
+    """A run started by `Server.popen`, used like subprocess.Popen: pid, communicate(timeout), returncode."""
+
+    def __init__(self, command, conn: socket.socket, pid: int, stdout: str, stderr: str) -> None:
+        self.args, self._conn, self.pid, self._out, self._err = command, conn, pid, stdout, stderr
+        self.returncode: int | None = None
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        if self.returncode is None:
+            self._conn.settimeout(timeout)
+            started = time.monotonic()
+            try:
+                self.returncode = _recv(self._conn)["returncode"]
+            except TimeoutError:
+                os.kill(self.pid, signal.SIGKILL)
+                self._conn.settimeout(None)
+                self.returncode = _recv(self._conn)["returncode"]
+                raise subprocess.TimeoutExpired(self.args, time.monotonic() - started) from None
+            finally:
+                if self.returncode is not None:
+                    self._conn.close()
+        out, err = Path(self._out).read_text(errors="replace"), Path(self._err).read_text(errors="replace")
+        for path in (self._out, self._err):
+            if os.path.exists(path):
+                os.unlink(path)
+        return out, err
+
+
+class Server:
+    def __init__(self, env: dict) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="prefork-"))
+        self.address = str(self.folder / "socket")
+        self.log = open(self.folder / "server.log", "w")  # noqa: SIM115 - the server's stderr, for its lifetime
+        self.process = subprocess.Popen([sys.executable, __file__, self.address], env=env,
+                                        stdout=subprocess.PIPE, stderr=self.log, text=True)
+        line = self.process.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError("the prefork server did not start:\n" + (self.folder / "server.log").read_text()[-3000:])
+
+    def popen(self, command: list[str], cwd, env: dict) -> Forked:
+        """Start `command` ([sys.executable, "-m", MODULE, *ARGS] or [sys.executable, SCRIPT, *ARGS]) in a forked
+        child; output is captured as text."""
+        if len(command) < 2 or command[0] != sys.executable:
+            raise ValueError(f"prefork runs `{sys.executable} -m MODULE ...` or `... SCRIPT ...`, not {command[:3]}")
+        what = {"module": command[2]} if command[1] == "-m" else {"script": str(command[1])}
+        args = command[3:] if command[1] == "-m" else command[2:]
+        out = tempfile.NamedTemporaryFile(dir=self.folder, delete=False)
+        err = tempfile.NamedTemporaryFile(dir=self.folder, delete=False)
+        out.close(), err.close()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(self.address)
+        _send(conn, {**what, "args": [str(a) for a in args], "cwd": str(cwd),
+                     "env": {k: str(v) for k, v in env.items()}, "stdout": out.name, "stderr": err.name})
+        return Forked(command, conn, _recv(conn)["pid"], out.name, err.name)
+
+    def run(self, command: list[str], cwd, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+        """subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)."""
+        proc = self.popen(command, cwd, env)
+        stdout, stderr = proc.communicate(timeout)
+        return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+    def close(self) -> None:
+        try:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.connect(self.address)
+            _send(conn, {"stop": True})
+            conn.close()
+            self.process.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.process.kill()
+        finally:
+            self.process.stdout.close()
+            self.log.close()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
