@@ -29,7 +29,7 @@ class Launches:
     """Each launch runs once, on first use, and its outputs are shared by every test that reads them."""
 
     def __init__(self, root, env, prefork):
-        self.root, self.env, self.done, self.prefork = root, env, {}, prefork
+        self.root, self.env, self.done, self.prefork, self.output = root, env, {}, prefork, {}
 
     def launch(self, key, *args, expect=0):
         if key not in self.done:
@@ -39,7 +39,7 @@ class Launches:
                                      str(self.root / "tok"), "--out-dir", str(out), *args], self.root, self.env,
                                     timeout=900)
             assert proc.returncode == expect, proc.stdout[-2000:] + proc.stderr[-4000:]
-            self.done[key] = out
+            self.done[key], self.output[key] = out, proc.stdout + proc.stderr
         return self.done[key]
 
     def mode(self, name):
@@ -97,6 +97,14 @@ def test_two_processes_make_one_process_update(launches, vocab, method, mode):
     tol = 1e-3 if method == "ofmu" else 1e-4  # finite differences in float32 amplify reduction noise
     compared, moved = assert_same_update(one, {k: sharded[k] for k in one}, start, tol)
     assert compared == len(one) and moved == compared  # every tensor moved
+
+
+@pytest.mark.parametrize("mode", ["zero2", "zero3"])
+def test_cpu_deepspeed_never_builds_its_shared_memory_extension(launches, mode):
+    """CPUDeepSpeedStrategy keeps DeepSpeed from compiling its shm_comm extension (about 76 CPU-s on a clean
+    machine; gloo carries the collectives). DeepSpeed prints this line whenever it builds or loads it."""
+    launches.mode(mode)
+    assert "shm_comm_op built successfully" not in launches.output[mode]
 
 
 @pytest.fixture(scope="module")

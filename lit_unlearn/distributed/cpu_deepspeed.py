@@ -28,9 +28,12 @@ class CPUDeepSpeedStrategy(DeepSpeedStrategy):
         DDPStrategy.setup_environment(self)  # the parent's parent: no CUDA check
 
     def setup_distributed(self) -> None:
-        import deepspeed.comm.torch as ds_torch_comm
+        import importlib
 
-        ds_torch_comm.build_shm_op = lambda: None  # (4): gloo only; TorchBackend is built by the next call
+        # (4): gloo only; TorchBackend is built by the next call. Not `import deepspeed.comm.torch as m`: the package
+        # rebinds its attribute `torch` to torch itself, so that form patches torch and leaves DeepSpeed building.
+        ds_torch_comm = importlib.import_module("deepspeed.comm.torch")
+        ds_torch_comm.build_shm_op = lambda: None
         reset_seed()
         self.set_world_ranks()
         self._init_deepspeed_distributed()
