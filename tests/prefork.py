@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -219,6 +220,7 @@ class Server:
         finally:
             self.process.stdout.close()
             self.log.close()
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
