@@ -97,6 +97,25 @@ def prefork(subprocess_env):
     server.close()
 
 
+@pytest.fixture
+def spawn(prefork, subprocess_env, tmp_path):
+    """spawn(fn, args, nprocs): torch.multiprocessing.spawn's contract (fn(rank, *args) in each of nprocs processes,
+    all started together, an error if any fails), with the ranks forked from the prefork server. fn must live at the
+    top level of a test file, and args must be JSON values."""
+    import inspect
+    import json
+
+    def run(fn, args, nprocs):
+        command = [sys.executable, str(TESTS / "spawn_worker.py"), inspect.getsourcefile(fn), fn.__name__]
+        ranks = [prefork.popen([*command, str(rank), json.dumps(list(args))], tmp_path, subprocess_env)
+                 for rank in range(nprocs)]
+        for rank, proc in enumerate(ranks):
+            out, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, f"rank {rank} of {fn.__name__} failed ({proc.returncode}):\n{err[-3000:]}"
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def tofu_world():
     """The default TOFU world built from the real release (seed 0, forget01's retain-only model and report): built

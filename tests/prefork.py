@@ -30,7 +30,7 @@ from pathlib import Path
 
 PRELOAD = ("torch", "lightning.pytorch", "transformers", "lit_unlearn.cli", "lit_unlearn.commands",
            "lit_unlearn.launch.runs", "lit_unlearn.modules", "lit_unlearn.data", "lit_unlearn.models",
-           "lit_unlearn.callbacks", "jsonargparse", "tensorboard.compat.proto.event_pb2")
+           "lit_unlearn.callbacks", "lit_unlearn.metrics", "jsonargparse", "tensorboard.compat.proto.event_pb2")
 
 
 def _send(conn: socket.socket, obj) -> None:

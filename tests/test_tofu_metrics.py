@@ -115,15 +115,13 @@ def _two_rank_worker(rank, world, port, out):
 
 
 @pytest.mark.slow
-def test_metrics_are_the_same_over_two_processes(tmp_path):
+def test_metrics_are_the_same_over_two_processes(tmp_path, spawn):
     import socket
-
-    import torch.multiprocessing as mp
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_two_rank_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    spawn(_two_rank_worker, (2, port, str(tmp_path)), nprocs=2)
     single_tr, single_auc = TruthRatio("forget"), MembershipAUC()
     single_tr.update(NLL_CORRECT, NLL_PERTURBED)
     single_auc.update(NLL_CORRECT, is_holdout=False)

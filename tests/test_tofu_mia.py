@@ -195,10 +195,8 @@ def _evaluate_on_two_ranks(rank, world, port, folder, out):
 
 
 @pytest.mark.slow
-def test_two_processes_give_the_same_report_and_item_order(tofu, tmp_path):
+def test_two_processes_give_the_same_report_and_item_order(tofu, tmp_path, spawn):
     import socket
-
-    import torch.multiprocessing as mp
 
     splits, tok, _ = tofu
     folder = tmp_path / "tofu"
@@ -207,7 +205,7 @@ def test_two_processes_give_the_same_report_and_item_order(tofu, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_evaluate_on_two_ranks, args=(2, port, str(folder), str(tmp_path)), nprocs=2, join=True)
+    spawn(_evaluate_on_two_ranks, (2, port, str(folder), str(tmp_path)), nprocs=2)
     net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=5)
     single = TofuEvaluator(tok, TofuSource(str(folder / "data")).eval_splits(), max_new_tokens=4).run(net)
     for rank in range(2):
