@@ -319,9 +319,10 @@ def main() -> int:
         save()
 
     def pair(label, strategy, cfg, name, make):
-        if strategy and not args.only:
+        if strategy and not args.only and not (args.dry_run and name == "graddiff"):
             # Each ZeRO-3 fit in a process of its own: on the GPU, DeepSpeed's engine kept ~100 GB allocated after
             # GradDiff's fit, and HAMU's fit that followed in the same process ran out of memory (alone: 107 GB).
+            # The dry run checks both paths: GradDiff's fit in this process, HAMU's in its own.
             r = in_own_process(f"{label} {name}")
         else:
             r = run_method(name, make, dm(), s, deepspeed_strategy(args.dry_run) if strategy else None,
@@ -333,11 +334,15 @@ def main() -> int:
               f"{r['steps_peak_bytes'] / GB:.2f}), finite {r['finite']}", flush=True)
 
     def in_own_process(part: str) -> dict:
+        import socket
         import subprocess
 
         folder = Path(tempfile.mkdtemp())
         cmd = [sys.executable, str(Path(__file__).resolve()), "--only", part, "--out", str(folder)]
-        proc = subprocess.run(cmd + (["--dry-run"] if args.dry_run else []), text=True)
+        with socket.socket() as s:  # a port of its own: a fit in this process may still hold the default one
+            s.bind(("127.0.0.1", 0))
+            env = dict(os.environ, MASTER_PORT=str(s.getsockname()[1]))
+        proc = subprocess.run(cmd + (["--dry-run"] if args.dry_run else []), text=True, env=env)
         part_results = json.loads((folder / "gpu_check.json").read_text())
         if proc.returncode != 0 and part_results["problems"]:
             raise RuntimeError(part_results["problems"][0])
