@@ -1,6 +1,6 @@
 """HAMU's two passes over the full gradients -- the float64 statistics and the combination δ = a·g_f + b·g_r -- as
-eager PyTorch (what the trainer runs) against the same arithmetic fused by torch.compile into one kernel each,
-side by side on one device. bf16 gradients of a Llama-2-7B-like layout, scaled by --scale.
+eager PyTorch (the trainer's default) against the same arithmetic fused by torch.compile into one kernel each
+(`fused_passes=True`), side by side on one device. bf16 gradients of a Llama-2-7B-like layout, scaled by --scale.
 
     python benchmarks/hamu_fused_passes.py [--device cuda] [--scale 0.1] [--repeats 5]
 
@@ -14,31 +14,12 @@ import time
 
 import torch
 
+from hamu_combine_speed import median_time
 from lit_unlearn.algorithms import combine_into, tensor_stats
+from lit_unlearn.algorithms.fused_passes import fused_combine_into, fused_tensor_stats
 
 # (rows, cols, count) of Llama-2-7B's weight matrices: embedding and head, then 32 layers of q, k, v, o, gate, up, down
 LAYOUT = [(32000, 4096, 2), (4096, 4096, 4 * 32), (11008, 4096, 3 * 32)]
-
-
-def fused_stats(a, b):
-    x, y = a.double(), b.double()
-    return torch.stack(((x * x).sum(), (y * y).sum(), (x * y).sum()))
-
-
-def fused_combine(gf, gr, a, b):
-    v = gf.float() * a + gr.float() * b  # float32 arithmetic; a, b are 0-d float64 tensors (no recompiles)
-    return (v.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)  # toward zero into bf16
-
-
-def median(fn, repeats, sync):
-    times = []
-    for _ in range(repeats):
-        sync()
-        t = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t)
-    return sorted(times)[len(times) // 2]
 
 
 def main() -> None:
@@ -54,26 +35,26 @@ def main() -> None:
     gr = [torch.randn(s, generator=g, device=dev).to(torch.bfloat16) for s in shapes]
     gf = [torch.randn(s, generator=g, device=dev).to(torch.bfloat16) for s in shapes]
     n = sum(t.numel() for t in gr)
-    cs, cc = torch.compile(fused_stats, dynamic=True), torch.compile(fused_combine, dynamic=True)
-    coef = [(torch.tensor(-0.731, dtype=torch.float64, device=dev), torch.tensor(0.298, dtype=torch.float64,
-                                                                                 device=dev))] * len(gr)
+    # the trainer's own passes (lit_unlearn.algorithms.fused_passes), eager and fused
+    coef_f = torch.full((len(gr),), -0.731, dtype=torch.float64, device=dev)
+    coef_r = torch.full((len(gr),), 0.298, dtype=torch.float64, device=dev)
+    work = [torch.float32] * len(gr)
+    fused_c, outs = [t.clone() for t in gf], [t.clone() for t in gf]
     t0 = time.perf_counter()
-    fused_s = torch.stack([cs(a, b) for a, b in zip(gr, gf)], 1)
-    fused_c = [cc(f, r, a, b) for f, r, (a, b) in zip(gf, gr, coef)]
+    fused_s = torch.stack(fused_tensor_stats(gr, gf))
+    fused_combine_into(fused_c, gf, gr, coef_f, coef_r, work)
     sync()
     compile_s = time.perf_counter() - t0
     eager_s = torch.stack(tensor_stats(gr, gf))
-    outs = [t.clone() for t in gf]
-    combine_into(outs, gf, gr, [-0.731] * len(gr), [0.298] * len(gr), [torch.float32] * len(gr))
+    combine_into(outs, gf, gr, coef_f.tolist(), coef_r.tolist(), work)
     rel = ((fused_s - eager_s).abs() / eager_s.abs().clamp_min(1e-300)).max().item()
     steps = max((a.view(torch.int16).int() - b.view(torch.int16).int()).abs().max().item()
                 for a, b in zip(fused_c, outs))
-    t_es = median(lambda: tensor_stats(gr, gf), args.repeats, sync)
-    t_fs = median(lambda: [cs(a, b) for a, b in zip(gr, gf)], args.repeats, sync)
-    t_ec = median(lambda: combine_into(outs, gf, gr, [-0.731] * len(gr), [0.298] * len(gr),
-                                       [torch.float32] * len(gr)), args.repeats, sync)
-    t_fc = median(lambda: [o.copy_(cc(f, r, a, b)) for o, f, r, (a, b) in zip(outs, gf, gr, coef)], args.repeats,
-                  sync)
+    t_es = median_time(lambda: tensor_stats(gr, gf), args.repeats, sync)
+    t_fs = median_time(lambda: fused_tensor_stats(gr, gf), args.repeats, sync)
+    t_ec = median_time(lambda: combine_into(outs, gf, gr, coef_f.tolist(), coef_r.tolist(), work), args.repeats,
+                       sync)
+    t_fc = median_time(lambda: fused_combine_into(fused_c, gf, gr, coef_f, coef_r, work), args.repeats, sync)
     print(f"{dev}: {len(gr)} bf16 tensors, {n / 1e9:.2f} B elements (first compile {compile_s:.1f} s)")
     print(f"  statistics: eager {t_es * 1e3:.1f} ms, fused {t_fs * 1e3:.1f} ms, ratio {t_fs / t_es:.3f}; "
           f"largest relative difference {rel:.1e}")

@@ -126,3 +126,21 @@ def gradient_ascent_on_forget(world, lr: float, steps: int, level: str = "01"):
         (-loss).backward()
         opt.step()
     return net
+
+
+def cli_process(args, cwd, env, check=True, prefork=None):
+    """`lit-unlearn ARGS` as a real process: a fresh interpreter (the one running the tests, not whatever
+    `lit-unlearn` is on PATH: CI does not activate the venv), or a child forked from the pre-imported server where
+    `prefork` (the fixture, tests/prefork.py) is given. check: a non-zero exit fails the test, with the output."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "lit_unlearn.cli", *args]
+    if prefork is not None:
+        proc = prefork.run(command, cwd=cwd, env=env, timeout=600)
+    else:
+        proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"lit-unlearn {' '.join(map(str, args))} failed ({proc.returncode}):\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc

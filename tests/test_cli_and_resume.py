@@ -2,31 +2,16 @@
 
 import json
 import signal
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from helpers import assert_same_update, cli_here
+from helpers import cli_process as cli
 
 pytestmark = pytest.mark.slow
 
 TINY_NET = ["--model.init_args.network.init_args.depth=8"]
-
-
-def cli(args, cwd, env, check=True, prefork=None):
-    """A real process: a fresh interpreter (the interpreter running the tests, not whatever `lit-unlearn` is on
-    PATH: CI does not activate the venv), or one forked from the pre-imported server where `prefork` is given."""
-    command = [sys.executable, "-m", "lit_unlearn.cli", *args]
-    if prefork is not None:
-        proc = prefork.run(command, cwd=cwd, env=env, timeout=600)
-    else:
-        proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"lit-unlearn {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
-                             f"{proc.stderr[-5000:]}")
-    return proc
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from helpers import assert_same_update, cli_here
+from helpers import assert_same_update, cli_here, cli_process
 from lit_unlearn.checkpoint_io import AtomicCheckpointIO, checkpoint_is_loadable
 
 pytestmark = pytest.mark.slow
@@ -34,26 +34,10 @@ model:
 """
 
 
-@pytest.fixture(autouse=True)
-def _prefork(prefork):
-    global PREFORK
-    PREFORK = prefork
-
-
-PREFORK = None
-
-
-def cli(args, cwd, env, check=True, fresh=False):
-    """A real process of its own: forked from the pre-imported server (tests/prefork.py) unless `fresh`, which a
-    run that re-executes the interpreter for more processes (DDP) needs."""
-    command = [sys.executable, "-m", "lit_unlearn.cli", *args]
-    if fresh:
-        proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    else:
-        proc = PREFORK.run(command, cwd=cwd, env=env, timeout=600)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}")
-    return proc
+@pytest.fixture
+def cli(prefork):
+    """`lit-unlearn ARGS` as a real process of its own, forked from the pre-imported server (tests/prefork.py)."""
+    return lambda args, cwd, env, check=True: cli_process(args, cwd, env, check, prefork)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +93,7 @@ TRIALS = random.Random(7).sample([(s, p) for s in (3, 7, 11, 16) for p in
 
 
 @pytest.mark.parametrize("step,phase", TRIALS)
-def test_slurm_preemption_inside_a_step_then_requeue_is_exact(step, phase, target, straight, tmp_path,
+def test_slurm_preemption_inside_a_step_then_requeue_is_exact(cli, step, phase, target, straight, tmp_path,
                                                              subprocess_env_module):
     if phase == "save" and step % 5:
         step = 10  # checkpoints are written every 5 steps: land the signal inside a real write
@@ -132,7 +116,7 @@ def test_slurm_preemption_inside_a_step_then_requeue_is_exact(step, phase, targe
     assert_bit_equal(straight, final_weights(tmp_path))
 
 
-def test_sigterm_says_how_to_resume_and_exits_non_zero(target, straight, tmp_path, subprocess_env_module):
+def test_sigterm_says_how_to_resume_and_exits_non_zero(cli, target, straight, tmp_path, subprocess_env_module):
     (tmp_path / "cfg.yaml").write_text(CONFIG)
     common = ["unlearn", "--config", "cfg.yaml", f"--model.init_args.target_ckpt={target}", *TINY]
     first = cli([*common, "--trainer.callbacks+=signal_injector.SignalAt", "--trainer.callbacks.step=9",
@@ -142,7 +126,7 @@ def test_sigterm_says_how_to_resume_and_exits_non_zero(target, straight, tmp_pat
     assert_bit_equal(straight, final_weights(tmp_path))
 
 
-def test_runs_in_one_root_never_resume_each_other(target, tmp_path, subprocess_env_module):
+def test_runs_in_one_root_never_resume_each_other(cli, target, tmp_path, subprocess_env_module):
     (tmp_path / "cfg.yaml").write_text(CONFIG)
     a = ["unlearn", "--config", "cfg.yaml", f"--model.init_args.target_ckpt={target}", *TINY]
     b = [*a, "--model.init_args.eta=0.1"]
@@ -168,7 +152,7 @@ def test_runs_in_one_root_never_resume_each_other(target, tmp_path, subprocess_e
     assert (tmp_path / "runs/digits/hamu/version_2").is_dir()
 
 
-def test_a_kill_during_a_checkpoint_write_leaves_a_resumable_run(target, straight, tmp_path,
+def test_a_kill_during_a_checkpoint_write_leaves_a_resumable_run(cli, target, straight, tmp_path,
                                                                   subprocess_env_module):
     (tmp_path / "cfg.yaml").write_text(CONFIG)
     common = ["unlearn", "--config", "cfg.yaml", f"--model.init_args.target_ckpt={target}", *TINY]
@@ -183,7 +167,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_a_resumable_run(target, straigh
     assert_bit_equal(straight, final_weights(tmp_path))
 
 
-def test_ddp_preemption_then_resume_is_exact(target, tmp_path, subprocess_env_module):
+def test_ddp_preemption_then_resume_is_exact(cli, target, tmp_path, subprocess_env_module):
     (tmp_path / "cfg.yaml").write_text(CONFIG.replace("max_steps: 24", "max_steps: 12"))
     common = ["unlearn", "--config", "cfg.yaml", f"--model.init_args.target_ckpt={target}", *TINY,
               "--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"]

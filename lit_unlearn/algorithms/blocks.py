@@ -101,13 +101,17 @@ def combine_arithmetic(dtype: torch.dtype, conditioning: Sequence[float], precis
     float64: every bf16/fp16 combination in float64 (the earlier implementation; kept to measure against)."""
     if precision not in COMBINE_PRECISIONS:
         raise ValueError(f"combine precision {precision!r}: choose one of {COMBINE_PRECISIONS}")
-    if dtype == torch.float64:
-        return [torch.float64] * len(conditioning)
-    if dtype in HALF_TYPES and precision == "float64":
+    if dtype == torch.float64 or (dtype in HALF_TYPES and precision == "float64"):
         return [torch.float64] * len(conditioning)
     work = torch.float32 if dtype in HALF_TYPES else dtype
     u = torch.finfo(work).eps / 2
     return [torch.float64 if 2 * u * c > PRECISE_COMBINE_ABOVE else work for c in conditioning]
+
+
+def truncate_to_bf16(x: Tensor) -> Tensor:
+    """float32 → bf16 toward zero: bf16 is float32's upper 16 bits, and truncating a sign-magnitude pattern rounds
+    toward zero, in one pass."""
+    return (x.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)
 
 
 def _round_into(x: Tensor, dtype: torch.dtype) -> Tensor:
@@ -115,8 +119,7 @@ def _round_into(x: Tensor, dtype: torch.dtype) -> Tensor:
     if x.dtype == dtype:
         return x
     if x.dtype == torch.float32 and dtype == torch.bfloat16:
-        # bf16 is float32's upper 16 bits, and truncating a sign-magnitude pattern rounds toward zero: one pass.
-        return (x.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)
+        return truncate_to_bf16(x)
     y = x.to(dtype)
     if dtype in HALF_TYPES:
         grew = y.to(x.dtype).abs() > x.abs()  # exact: bf16 and fp16 values are float32 (and float64) values

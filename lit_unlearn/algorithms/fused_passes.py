@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from lit_unlearn.algorithms.blocks import combine_into, tensor_stats
+from lit_unlearn.algorithms.blocks import combine_into, tensor_stats, truncate_to_bf16
 
 __all__ = ["fused_tensor_stats", "fused_combine_into"]
 
@@ -30,8 +30,7 @@ def _stats(a: Tensor, b: Tensor) -> Tensor:
 
 
 def _combine_bf16(gf: Tensor, gr: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    v = gf.float() * a + gr.float() * b  # a, b: 0-d tensors, so a new coefficient is not a new compilation
-    return (v.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)  # bf16 = float32's upper half
+    return truncate_to_bf16(gf.float() * a + gr.float() * b)  # a, b: 0-d tensors, so no recompilation per value
 
 
 @functools.cache

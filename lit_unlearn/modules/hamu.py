@@ -178,7 +178,7 @@ class HAMUModule(UnlearningModule):
         self.combine_precision = combine_precision
         self.fused_passes = fused_passes
         self._fused_compiled: set[str] = set()
-        self._fused_failed: str | None = None
+        self._fused_failed = False  # compiling a fused pass failed: the eager passes from then on
         self.update_guards: list[UpdateGuard] = []
         self.quota_policy: QuotaPolicy | None = None  # set by a QuotaController callback
         self.last_step: HamuStep | None = None
@@ -203,7 +203,7 @@ class HAMUModule(UnlearningModule):
     @property
     def fused(self) -> bool:
         """Whether the two gradient passes run fused (`fused_passes`), unless compiling them failed."""
-        return bool(self.fused_passes) and self._fused_failed is None
+        return bool(self.fused_passes) and not self._fused_failed
 
     def _fused_or_eager(self, part: str, fused_fn, eager_fn):
         """The fused pass; where compiling it fails (no compiler for this device), a warning and the eager pass.
@@ -215,7 +215,7 @@ class HAMUModule(UnlearningModule):
         try:
             out = fused_fn()
         except Exception as e:  # noqa: BLE001 - whatever the compiler raised, the eager pass computes the same
-            self._fused_failed = part
+            self._fused_failed = True
             warnings.warn(f"HAMU's fused gradient passes could not be compiled ({type(e).__name__}: "
                           f"{str(e).splitlines()[0][:200] if str(e) else ''}); using the eager passes "
                           "(same results, more memory traffic). fused_passes=False silences this.", stacklevel=2)
