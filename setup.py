@@ -11,6 +11,7 @@ PACKAGES = [
     "lit_unlearn",
     "lit_unlearn.algorithms",
     "lit_unlearn.audit",
+    "lit_unlearn.distill",
     "lit_unlearn.bench",
     "lit_unlearn.commands",
     "lit_unlearn.data",

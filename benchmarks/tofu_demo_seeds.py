@@ -5,9 +5,10 @@
 
 Per seed: `lit-unlearn tofu-demo --seed S --level L` in its own folder (worlds shared through --worlds), timed
 as a whole, then from the files it wrote: the step the target was met and the step the run ended on, the looks
-at the steering half, the reporting half's verdict (band against δ, each attack's AUC), model utility against
-the target's, and the gold standard (the retain-only model on the same half; forget quality), which no decision
-read. Also the world's own checks: the target's forget quality against the retain-only model and their utility
+at the steering half, the reporting half's verdict before any attack (each attack's AUC, the band ratio) and the
+full verdict (after relearning and at 4 bits; what fails it; on the attacks the method does not read), model
+utility against the target's, and the gold standard (the retain-only model on the same half; forget quality), which
+no decision read. Also the world's own checks: the target's forget quality against the retain-only model and their utility
 gap.
 """
 
@@ -53,10 +54,15 @@ def run_seed(seed: int, level: str, worlds: Path, out: Path, extra: list[str]) -
     authors: dict[int, list[float]] = {}
     for value, index in zip(per_item["forget_loss"], split["forget"]["reporting"]):
         authors.setdefault(index // 20, []).append(value)
+    full = hv["after"].get("full") or {}
+    parts = full.get("parts") or {}
     return {"seed": seed, "level": level, "seconds": seconds, "stop": stop[-1].lstrip("- ") if stop else "?",
-            "looks": hv["looks"], "delta": hv["delta"], "delta_author": hv["delta_author"],
-            "ratio": after["band_ratio"], "pooled": after["pooled"]["band"],
-            "author": max(v["band"] for v in after["authors"].values()), "passed": after["passed"],
+            "looks": hv["looks"], "ratio": after["band_ratio"], "passed": after["passed"],
+            "full_ratio": full.get("band_ratio"), "full_passed": full.get("passed"),
+            "relearn": (parts.get("relearning") or {}).get("band_ratio"),
+            "int4": (parts.get("quantisation") or {}).get("band_ratio"), "unread": full.get("unread_band_ratio"),
+            "fails_on": "-" if full.get("passed") else "{attack} ({scope}), {condition}".format(**full["worst"])
+            if full else "n/a",
             "worst": after["worst"], "auc": {a: iv["auc"] for a, iv in after["pooled"]["intervals"].items()},
             "mu_ratio": hv["after"]["model_utility_ratio"], "gold_ratio": gold.get("band_ratio"),
             "gold_passed": gold.get("passed"), "fq": tofu["summary"].get("forget_quality"),
@@ -68,20 +74,25 @@ def run_seed(seed: int, level: str, worlds: Path, out: Path, extra: list[str]) -
 
 def table(rows: list[dict]) -> str:
     attacks = list(rows[0]["auc"])
-    head = ["seed", "stop rule", "looks", *[f"{a} AUC" for a in attacks], "pooled band (δ)", "worst author band (δ)",
-            "band ratio", "verdict", "MU / target's", "forget NLL per author (holdout)", "gold: retain-only band ratio",
-            "gold: forget quality", "target: band ratio", "target: FQ", "time (s)"]
+    fmt = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
+    head = ["seed", "stop rule", "looks", *[f"{a} AUC" for a in attacks], "band ratio, before any attack",
+            "after relearning", "at 4 bits", "verdict", "fails on", "unread attacks' band ratio", "MU / target's",
+            "forget NLL per author (holdout)", "gold: retain-only band ratio", "gold: forget quality",
+            "target: band ratio", "target: FQ", "time (s)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         nll = ", ".join(f"{v:.2f}" for v in r["author_nll"]) + f" ({r['holdout_nll']:.2f})"
+        verdict = "FORGOTTEN" if r["full_passed"] else "not forgotten" if r["full_passed"] is not None else \
+            ("pass before any attack" if r["passed"] else "FAIL")
         cells = [r["seed"], r["stop"].replace("|", "/"), r["looks"], *[f"{r['auc'][a]:.3f}" for a in attacks],
-                 f"{r['pooled']:.3f} ({r['delta']:.2f})", f"{r['author']:.3f} ({r['delta_author']:.2f})",
-                 f"{r['ratio']:.3f}", "pass" if r["passed"] else f"FAIL ({r['worst']})", f"{r['mu_ratio']:.3f}", nll,
-                 "n/a" if r["gold_ratio"] is None else f"{r['gold_ratio']:.3f}", f"{r['fq']:.3g}",
-                 f"{r['target_ratio']:.3f}", f"{r['target_fq']:.2g}", r["seconds"]]
+                 f"{r['ratio']:.3f}", fmt(r["relearn"]), fmt(r["int4"]), verdict, r["fails_on"], fmt(r["unread"]),
+                 f"{r['mu_ratio']:.3f}", nll, fmt(r["gold_ratio"]), f"{r['fq']:.3g}", fmt(r["target_ratio"]),
+                 f"{r['target_fq']:.2g}", r["seconds"]]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
-    met = sum(r["passed"] and r["mu_ratio"] >= 0.95 for r in rows)
-    lines += ["", f"Reporting half passes with model utility ≥ 0.95× the target's: {met} of {len(rows)} seeds."]
+    before = sum(r["passed"] and r["mu_ratio"] >= 0.95 for r in rows)
+    full = sum(bool(r["full_passed"]) and r["mu_ratio"] >= 0.95 for r in rows)
+    lines += ["", f"Passes before any attack with model utility ≥ 0.95× the target's: {before} of {len(rows)} seeds; "
+              f"the full verdict (relearning and 4 bits too): {full} of {len(rows)}."]
     return "\n".join(lines)
 
 
@@ -109,8 +120,9 @@ def main() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(f"# tofu-demo at forget{args.level}, per world seed\n\nGenerated by `{command}`; each row is "
                        f"`{rows[0]['command'].replace(str(Path(args.worlds).resolve()), args.worlds)}` with its seed. "
-                       "The verdict, the AUCs and the utility ratio are on the reporting half, which no decision "
-                       "read; the gold-standard columns (the retain-only model) are reported, never decided on.\n\n"
+                       "The verdicts, the AUCs and the utility ratio are on the reporting half, which no decision "
+                       "read; the gold-standard columns (the retain-only model, before any attack) are reported, "
+                       "never decided on.\n\n"
                        + text + "\n")
         print(f"wrote {out}")
 

@@ -16,6 +16,14 @@ steering_halves, seed `split_seed`) into a steering half and a reporting half:
   (`holdout_verification.md`), the JSON (`holdout_verification.json`) and TensorBoard's `verify/*` come from it.
 Model utility (retain authors and general knowledge) is the same items in both halves: the stop rule reads it, and
 the report says how many times.
+
+The verdict (lit_unlearn.verification.full_verdict) runs every membership attack, the learned one included, each with
+its own calibrated margin; with `reference_model` (the model the target was fine-tuned from) every score is taken
+relative to it. The stop rule reads the verdict of the model as it is on the steering half (`steer_on="none"`), or
+the full verdict, relearning and 4-bit included (`steer_on="full"`: tens of seconds per look on the tiny world, and
+the report counts them). At the end the full verdict is given on the reporting half: before any attack, after
+relearning (worst over the learning rates and step counts) and at 4 bits; on all attacks, and apart on the attacks
+the module's objective does not read (its `reads_statistics`).
 """
 
 from __future__ import annotations
@@ -45,16 +53,21 @@ class HoldoutVerification(Callback):
                  attacks: list[str] | None = None, n_boot: int = 2000, split_seed: int = 0,
                  items_per_author: int = ITEMS_PER_AUTHOR, template: str | None = None, max_length: int | None = None,
                  max_new_tokens: int | None = None, batch_size: int = 32, mia_convention: str = "lit-unlearn",
-                 gold_standard: str | None = None, holdout_every_n_steps: int = 1) -> None:
+                 gold_standard: str | None = None, holdout_every_n_steps: int = 1,
+                 reference_model: str | None = None, steer_on: str = "none", final_verdict: str = "full",
+                 spec: dict | None = None) -> None:
         """
         Args:
             source: a TofuSource (default: the datamodule's); its eval splits must include `holdout`.
             delta: the equivalence margin δ of the pooled test: "forgotten" means every attack's interval lies in
-                0.5 ± δ. None: the value calibrated for the forget level (lit_unlearn.verification.holdout_calibration).
+                0.5 ± δ. None: each attack's margin calibrated for the forget level and condition
+                (lit_unlearn.verification.holdout_calibration); "self": margins from the model's own holdout items
+                (two sets of holdout authors against each other; needs 4 holdout authors per half).
             delta_author: the margin of the per-author tests (each forget author's items against every holdout
-                item). None: the calibrated value.
+                item). None: the calibrated values.
             alpha: each one-sided test's level; the intervals are (1 − 2α) percentile intervals.
-            attacks: membership attacks to run (default: loss, zlib, min_k, min_k_plus_plus, gradnorm).
+            attacks: membership attacks to run (default: all of lit_unlearn.metrics.membership_attacks.ATTACKS, the
+                learned attack included).
             n_boot: bootstrap replicates (authors, then items within them).
             split_seed: the seed of the steering/reporting split (written in the report).
             items_per_author: rows without an `author` field are grouped into authors of this many consecutive
@@ -65,17 +78,37 @@ class HoldoutVerification(Callback):
                 beside the verdict as a gold standard; never read by a decision.
             holdout_every_n_steps: how often the holdout NLL a forget ceiling reads (forget_ceiling='holdout') is
                 measured afresh, on the steering half's holdout items, when no look of a stopping rule is as recent.
+            reference_model: the model the target was fine-tuned from ("world": the world's base beside the data
+                folder; a path or hub name otherwise): every attack's score is taken relative to it (difficulty
+                calibration). None: raw scores, with the raw calibration.
+            steer_on: what a stop rule's look reads on the steering half: "none" (the model as it is) or "full"
+                (relearning and 4-bit too).
+            final_verdict: "full" (before any attack, relearning, 4-bit) or "none" (the model as it is only).
+            spec: VerdictSpec fields (relearning rates and steps, quantisation) to change; the calibrated margins
+                hold only for the defaults.
         """
         super().__init__()
-        from lit_unlearn.verification.holdout_equivalence import ATTACKS
+        from lit_unlearn.metrics.membership_attacks import ATTACKS
+        from lit_unlearn.verification.full_verdict import VerdictSpec
 
         attacks = list(attacks or ATTACKS)
         unknown = sorted(set(attacks) - set(ATTACKS))
         if unknown or not attacks:
             raise UserError(f"HoldoutVerification: unknown attacks {unknown}; choose from {list(ATTACKS)}")
+        if delta == "self":
+            delta_author = "self"
         for name, value in (("delta", delta), ("delta_author", delta_author)):
-            if value is not None and not 0 < value <= 0.5:
-                raise UserError(f"HoldoutVerification: {name} must be in (0, 0.5], got {value}")
+            if value is not None and value != "self" and not 0 < value <= 0.5:
+                raise UserError(f"HoldoutVerification: {name} must be in (0, 0.5] or 'self', got {value}")
+        if steer_on not in ("none", "full") or final_verdict not in ("none", "full"):
+            raise UserError(f"HoldoutVerification: steer_on and final_verdict are 'none' or 'full', got {steer_on!r}, "
+                            f"{final_verdict!r}")
+        try:
+            self.spec = VerdictSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in (spec or {}).items()})
+        except TypeError as err:
+            raise UserError(f"HoldoutVerification(spec=...): {err}") from None
+        self.reference_model, self.steer_on, self.final_verdict = reference_model, steer_on, final_verdict
+        self.runner = None
         if holdout_every_n_steps < 1:
             raise UserError(f"HoldoutVerification: holdout_every_n_steps must be ≥ 1, got {holdout_every_n_steps}")
         if not 0 < alpha < 0.5 or n_boot < 100 or items_per_author < 2:
@@ -102,6 +135,7 @@ class HoldoutVerification(Callback):
         self.last: dict[str, Any] | None = None       # the last steering look: verdict dict, holdout NLL
         self.before: dict | None = None               # the target on the reporting half
         self.after: dict | None = None
+        self.look_seconds = 0.0                       # time the looks at the steering half took
 
     # ----- setup -------------------------------------------------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -119,21 +153,37 @@ class HoldoutVerification(Callback):
             raise UserError(f"HoldoutVerification needs a holdout split in {getattr(source, 'path', 'the data')}: "
                             "items of the same kind the model never saw (TOFU: holdout01/05/10; your own data: a "
                             "`holdout{level}` split file beside the forget split)")
-        if self.delta is None or self.delta_author is None:
-            from lit_unlearn.verification.holdout_calibration import calibrated_delta
-
-            pooled, author = calibrated_delta(self.level)
-            self.delta = pooled if self.delta is None else self.delta
-            self.delta_author = author if self.delta_author is None else self.delta_author
-        from lit_unlearn.verification.steering_halves import split_halves
-
         # Both halves answer in the budget of the whole splits, the TOFU report's: model utility (the stop rule's
         # ratio, the reported ratio, the report's) is then one measure, whichever half's evaluator computed it.
+        from lit_unlearn.data.tofu import MAX_LENGTH
         from lit_unlearn.metrics.tofu_rouge import answer_budget
+        from lit_unlearn.verification.verdict_runner import VerdictRunner
 
         self._budget = self.max_new_tokens or answer_budget(self._tokenizer, splits)["max_new_tokens"]
-        self._groups = {side: self._authors(splits[side], side) for side in ("forget", "holdout")}
-        self.halves = {side: split_halves(self._groups[side], self.split_seed) for side in ("forget", "holdout")}
+        fmt = self._formatter
+        self._format = {"template": self.template or getattr(fmt, "template", "plain"),
+                        "max_length": self.max_length or getattr(fmt, "max_length", None) or MAX_LENGTH,
+                        "input_format": getattr(fmt, "input_format", "lit-unlearn")}
+        base = self.reference_model
+        if base == "world":
+            base = str(Path(getattr(source, "path", "")).parent / "base")
+            if not (Path(base) / "config.json").is_file():
+                raise UserError(f"HoldoutVerification(reference_model='world'): no base model at {base}")
+        if self.delta == "self":
+            margins = "self"
+        elif self.delta is not None or self.delta_author is not None:
+            if self.delta is None or self.delta_author is None:
+                raise UserError("HoldoutVerification: give both delta and delta_author, or neither")
+            margins = (self.delta, self.delta_author)
+        else:
+            margins = "calibrated"
+        self.runner = VerdictRunner(self._tokenizer, splits["forget"], splits["holdout"], self.level, self.spec,
+                                    mode="relative" if base else "raw", base=base, margins=margins,
+                                    attacks=self.attacks, split_seed=self.split_seed,
+                                    items_per_author=self.items_per_author, batch_size=self.batch_size,
+                                    mia_convention=self.mia_convention, gradnorm="gradnorm" in self.attacks,
+                                    **self._format)
+        self._groups, self.halves = self.runner.groups, self.runner.halves
         for half in ("steering", "reporting"):
             chosen = {side: getattr(self.halves[side], half) for side in ("forget", "holdout")}
             self._splits[half] = {**{side: [splits[side][i] for i in chosen[side]] for side in ("forget", "holdout")},
@@ -146,35 +196,29 @@ class HoldoutVerification(Callback):
 
     def _evaluator(self, trainer, half: str):
         if half not in self._evaluators:
-            from lit_unlearn.data.tofu import MAX_LENGTH
             from lit_unlearn.metrics import TofuEvaluator
 
-            fmt = self._formatter
             self._evaluators[half] = TofuEvaluator(
-                self._tokenizer, self._splits[half], template=self.template or getattr(fmt, "template", "plain"),
-                max_length=self.max_length or getattr(fmt, "max_length", None) or MAX_LENGTH,
-                max_new_tokens=self._budget, batch_size=self.batch_size, mia_convention=self.mia_convention,
-                gradnorm="gradnorm" in self.attacks, input_format=getattr(fmt, "input_format", "lit-unlearn"))
+                self._tokenizer, self._splits[half], max_new_tokens=self._budget, batch_size=self.batch_size,
+                mia_convention=self.mia_convention, gradnorm="gradnorm" in self.attacks, **self._format)
         return self._evaluators[half]
 
     def _passes(self, utility: bool = False) -> list[str]:
         passes = ["membership"] + (["gradnorm"] if "gradnorm" in self.attacks else [])
         return passes + (["model_utility"] if utility else [])
 
-    def _verdict(self, report, half: str, mia: dict | None = None):
-        """The equivalence verdict on one half, from a report's per-item attack scores (or `mia`, whole splits'
-        scores of another report). Whole splits' scores are subset to the half; a half's evaluator scored the
-        half alone."""
-        from lit_unlearn.verification.steering_halves import half_verdict
+    def _verdict(self, report, half: str, mia: dict | None = None, reads=frozenset()):
+        """The verdict of the model as it is on one half: from a half evaluator's report (its scores are the half's
+        items in order), or from `mia`, whole splits' scores of another report (subset to the half)."""
+        from lit_unlearn.verification.full_verdict import Scored
 
-        if mia is None:  # this half's evaluator scored the half alone, in order: place its scores in the splits
-            mia = {}
-            for key, values in report.per_item["mia"].items():
-                side = key.split("_", 1)[0]
-                if side in self.halves:
-                    mia[key] = _spread(values, getattr(self.halves[side], half), len(self._groups[side]))
-        return half_verdict(mia, self._groups, self.halves, half, self.attacks, self.delta, self.delta_author,
-                            self.alpha, self.n_boot)
+        if mia is None:
+            mia = report.per_item["mia"]
+        else:
+            mia = {k: [v[i] for i in getattr(self.halves[k.split("_", 1)[0]], half)] for k, v in mia.items()
+                   if k.split("_", 1)[0] in self.halves}
+        everything = list(range(len(self.runner.items[half].forget)))
+        return self.runner.judge({"none": Scored(mia, everything)}, half, reads).verdicts["none"]
 
     # ----- MetricSource (read by StopAtTarget and, through it, HAMU's quota controller) -------------------------------
     def available(self, metric: str) -> bool:
@@ -191,14 +235,26 @@ class HoldoutVerification(Callback):
             pl_module.network, pl_module.device, only=self._passes(utility) if BAND in names else ["model_utility"])
         values: dict[str, float] = {}
         if BAND in names:
-            verdict = self._verdict(report, "steering")
+            import time
+
+            started = time.perf_counter()
+            reads = _reads(pl_module)
+            verdict = self._verdict(report, "steering", reads=reads)
+            band, full = verdict.band_ratio, None
+            if self.steer_on == "full":
+                full = self.runner.verdict(pl_module.network, "steering", reads=reads)
+                band = full.band_ratio
+            self.look_seconds += time.perf_counter() - started
             holdout, entropy = report.per_item["mia"]["holdout_loss"], report.per_item["mia"]["holdout_entropy"]
             self.looks += 1
             self.last = {"step": trainer.global_step, "verdict": verdict.as_dict(),
+                         "full": None if full is None else full.as_dict(),
                          "wants_more_forgetting": verdict.wants_more_forgetting(),
                          "holdout_nll": sum(holdout) / len(holdout), "holdout_entropy": sum(entropy) / len(entropy)}
-            values[BAND] = verdict.band_ratio
+            values[BAND] = band
             self._log(trainer, verdict.scalars("verify/steering/"))
+            if full is not None:
+                self._log(trainer, full.scalars("verify/steering/full/"))
         if utility:
             self.utility_looks += 1
             mu = report.summary.get("model_utility")
@@ -286,9 +342,16 @@ class HoldoutVerification(Callback):
         with warnings.catch_warnings():  # no retain-only reference here by design: forget quality is not asked
             warnings.filterwarnings("ignore", message="forget quality not computed")
             report = self._evaluator(trainer, "reporting").run(pl_module.network, pl_module.device)
-        verdict = self._verdict(report, "reporting")
+        reads = _reads(pl_module)
+        verdict = self._verdict(report, "reporting", reads=reads)
+        full = None
+        if self.final_verdict == "full":
+            say("== the verdict on the reporting half: relearning and 4-bit attacks ==")
+            full = self.runner.verdict(pl_module.network, "reporting", reads=reads,
+                                       log=lambda line: say(line))
         mu = report.summary.get("model_utility")
-        self.after = {"verdict": verdict.as_dict(), "model_utility": mu,
+        self.after = {"verdict": verdict.as_dict(), "full": None if full is None else full.as_dict(),
+                      "model_utility": mu,
                       "model_utility_ratio": None if not self.start_utility or mu is None else mu / self.start_utility,
                       "summary": report.summary,
                       # the reporting half's per-item attack scores, in the order of split.{side}.reporting
@@ -298,9 +361,12 @@ class HoldoutVerification(Callback):
         folder = trainer.log_dir or trainer.default_root_dir
         if trainer.is_global_zero:
             scalars = verdict.scalars("verify/")
+            if full is not None:
+                scalars.update(full.scalars("verify/full/"))
             if self.after["model_utility_ratio"] is not None:
                 scalars["verify/model_utility_ratio"] = self.after["model_utility_ratio"]
             scalars["verify/looks"] = float(self.looks)
+            scalars["verify/look_seconds"] = self.look_seconds
             self._log(trainer, scalars)
             Path(folder).mkdir(parents=True, exist_ok=True)
             (Path(folder) / "holdout_verification.json").write_text(json.dumps(result, indent=1, default=float))
@@ -308,10 +374,8 @@ class HoldoutVerification(Callback):
             (Path(folder) / "holdout_verification.md").write_text(table + "\n")
             say("\n" + table)
         if hasattr(pl_module, "run_report"):
-            v = result["after"]["verdict"]
-            pl_module.run_report.notes.append(
-                f"reference-free verification (reporting half): {'PASSED' if v['passed'] else 'FAILED'}, band ratio "
-                f"{v['band_ratio']:.3f} (≤ 1 passes; worst: {v['worst']}); {self.looks} looks at the steering half")
+            pl_module.run_report.notes.append(f"reference-free verification (reporting half): {headline(result)}; "
+                                              f"{self.looks} looks at the steering half")
 
     def _gold_standard(self, trainer) -> dict | None:
         """The retain-only model's verdict on the same reporting half, from its saved report (never decides)."""
@@ -325,12 +389,14 @@ class HoldoutVerification(Callback):
         mia = (json.loads(path.read_text()).get("per_item") or {}).get("mia") or {}
         if not any(f"forget_{a}" in mia for a in self.attacks):
             return {"path": str(path), "note": "the report has no per-item attack scores (evaluate it again)"}
-        return {"path": str(path), "verdict": self._verdict(None, "reporting", mia).as_dict()}
+        return {"path": str(path), "verdict": self._verdict(None, "reporting", mia).as_dict(),
+                "note": "the model as it is only (no relearning or quantisation of the gold standard here)"}
 
     def result(self, gold: dict | None = None) -> dict:
         return {"level": self.level, "delta": self.delta, "delta_author": self.delta_author, "alpha": self.alpha,
-                "attacks": self.attacks,
-                "looks": self.looks, "utility_looks": self.utility_looks,
+                "attacks": self.runner.attacks, "mode": self.runner.mode, "margins": _margins_label(self.runner),
+                "reference_model": self.reference_model, "spec": self.spec.as_dict(), "steer_on": self.steer_on,
+                "looks": self.looks, "utility_looks": self.utility_looks, "look_seconds": self.look_seconds,
                 "split": {side: h.as_dict() for side, h in self.halves.items()},
                 "before": self.before, "after": self.after, "last_steering_look": self.last,
                 "gold_standard": gold}
@@ -344,7 +410,7 @@ class HoldoutVerification(Callback):
     def state_dict(self) -> dict[str, Any]:
         return {"looks": self.looks, "utility_looks": self.utility_looks, "start_utility": self.start_utility,
                 "last": self.last, "before": self.before, "holdout_level": self.holdout_level,
-                "holdout_measurements": self.holdout_measurements}
+                "holdout_measurements": self.holdout_measurements, "look_seconds": self.look_seconds}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.looks, self.utility_looks = state_dict["looks"], state_dict["utility_looks"]
@@ -352,11 +418,25 @@ class HoldoutVerification(Callback):
             state_dict["before"]
         self.holdout_level = state_dict.get("holdout_level")
         self.holdout_measurements = state_dict.get("holdout_measurements", 0)
+        self.look_seconds = state_dict.get("look_seconds", 0.0)
+
+
+def headline(result: dict) -> str:
+    """The verdict in one line: the full verdict's, or the verdict of the model as it is when no attack was run."""
+    after = result["after"]
+    if after.get("full"):
+        full = after["full"]
+        unread = full.get("unread_band_ratio")
+        extra = "" if unread is None else f"; on the attacks the method does not read: band ratio {unread:.3f}"
+        return full["headline"] + extra
+    v = after["verdict"]
+    return (f"{'PASSED' if v['passed'] else 'FAILED'} before any attack (no relearning or quantisation run), band "
+            f"ratio {v['band_ratio']:.3f} (≤ 1 passes; worst: {v['worst']})")
 
 
 def holdout_table(result: dict) -> str:
-    """The reference-free verification as markdown: per attack, the pooled AUC and its interval before and after
-    (and the gold standard's, where given); each forget author's worst attack; then the verdict."""
+    """The reference-free verification as markdown: the full verdict (every condition), then per attack the pooled
+    AUC and its interval before and after (and the gold standard's, where given), each forget author's reach."""
     after, before = result["after"]["verdict"], (result.get("before") or {})
     gold = ((result.get("gold_standard") or {}).get("verdict")) or {}
     conf = f"{after['pooled']['confidence']:.0%}"
@@ -368,39 +448,107 @@ def holdout_table(result: dict) -> str:
         iv = ((part or {}).get("intervals") or {}).get(attack)
         return "n/a" if iv is None else f"{iv['auc']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]"
 
-    def band(verdict, scope="pooled"):
+    def ratio(verdict, scope="pooled"):
         part = verdict.get(scope) if scope == "pooled" else (verdict.get("authors") or {}).get(scope)
-        return "n/a" if not part else f"{part['band']:.3f}"
+        return "n/a" if not part else f"{part['band_ratio']:.3f}"
 
+    margins = after["pooled"]["delta"]
     for attack in after["pooled"]["intervals"]:
-        line = [f"{attack} AUC, all forget items", cell(before, attack), cell(after, attack)]
+        m = margins[attack] if isinstance(margins, dict) else margins
+        line = [f"{attack} AUC (margin ±{m:.2f})", cell(before, attack), cell(after, attack)]
         rows.append("| " + " | ".join(line + ([cell(gold, attack)] if gold else [])) + " |")
-    rows.append("| " + " | ".join([f"band, pooled (≤ δ = {result['delta']:.2f})", band(before), band(after)] +
-                                  ([band(gold)] if gold else [])) + " |")
+    rows.append("| " + " | ".join(["band ratio, all forget items", ratio(before), ratio(after)] +
+                                  ([ratio(gold)] if gold else [])) + " |")
     for author in after["authors"]:
-        line = [f"band, forget author {author} (≤ δ_author = {result['delta_author']:.2f})", band(before, author),
-                band(after, author)]
-        rows.append("| " + " | ".join(line + ([band(gold, author)] if gold else [])) + " |")
-    ratio = ["band ratio (passes iff ≤ 1)", f"{before['band_ratio']:.3f}" if before else "n/a",
-             f"{after['band_ratio']:.3f}"]
-    rows.append("| " + " | ".join(ratio + ([f"{gold['band_ratio']:.3f}"] if gold else [])) + " |")
+        line = [f"band ratio, forget author {author}", ratio(before, author), ratio(after, author)]
+        rows.append("| " + " | ".join(line + ([ratio(gold, author)] if gold else [])) + " |")
+    ratio_row = ["band ratio (passes iff ≤ 1)", f"{before['band_ratio']:.3f}" if before else "n/a",
+                 f"{after['band_ratio']:.3f}"]
+    rows.append("| " + " | ".join(ratio_row + ([f"{gold['band_ratio']:.3f}"] if gold else [])) + " |")
     mu = result["after"].get("model_utility_ratio")
     n, g = after["pooled"]["n_items"], after["pooled"]["n_groups"]
-    lines = [f"## Reference-free verification: {'PASSED' if after['passed'] else 'FAILED'}", "",
-             f"Forget vs holdout membership AUCs on the reporting half ({n['forget']} forget items of {g['forget']} "
-             f"authors, {n['holdout']} holdout items of {g['holdout']} authors; split {result['split']['forget']['by']},"
-             f" seed {result['split']['forget']['seed']}). Forgotten = every attack's interval inside 0.5 ± δ for all "
-             "forget items together, and inside 0.5 ± δ_author for each forget author's items"
-             + (f" (δ calibrated for forget{result['level']})" if result.get("level") else "") + ". Worst: "
-             f"{after['worst']}.", "", *rows, "",
-             f"- model utility / the target's: {mu:.3f}" if mu is not None else "- model utility: n/a",
-             f"- looks at the steering half during the run: {result['looks']} (model utility read "
-             f"{result['utility_looks']} times, on the same items as reported)",
-             *[f"- {note}" for note in after["pooled"].get("notes", [])]]
+    verdict_word = "FORGOTTEN" if (result["after"].get("full") or after)["passed"] else "NOT FORGOTTEN"
+    lines = [f"## Reference-free verification: {verdict_word}", "", headline(result), ""]
+    full = result["after"].get("full")
+    if full:
+        lines += [_full_table(full), ""]
+    lines += ["### Before any attack, per attack", "",
+              f"Forget vs holdout membership AUCs on the reporting half ({n['forget']} forget items of {g['forget']} "
+              f"authors, {n['holdout']} holdout items of {g['holdout']} authors; split {result['split']['forget']['by']},"
+              f" seed {result['split']['forget']['seed']}), scores {result.get('mode', 'raw')}"
+              + (" to the base model" if result.get("mode") == "relative" else "") + ". Forgotten = every attack's "
+              "interval inside 0.5 ± its margin for all forget items together and for each forget author's items"
+              + (f" (margins {result.get('margins', 'calibrated')} for forget{result['level']})"
+                 if result.get("level") else "") + f". Worst: {after['worst']}.", "", *rows, "",
+              f"- model utility / the target's: {mu:.3f}" if mu is not None else "- model utility: n/a",
+              f"- looks at the steering half during the run: {result['looks']} ({result.get('look_seconds', 0):.0f} s; "
+              f"they read {result.get('steer_on', 'none')}; model utility read {result['utility_looks']} times, on "
+              "the same items as reported)",
+              *[f"- {note}" for note in after["pooled"].get("notes", [])]]
     if gold:
         lines.append(f"- gold standard: the retain-only model ({result['gold_standard']['path']}), "
-                     f"{'passes' if gold['passed'] else 'fails'} on the same half; no decision read it")
+                     f"{'passes' if gold['passed'] else 'fails'} on the same half before any attack; no decision "
+                     "read it")
     return "\n".join(lines)
+
+
+def _full_table(full: dict) -> str:
+    """The full verdict's rows, from its as_dict()."""
+    rows = ["| condition | band ratio (all attacks) | worst | AUC [interval] | band ratio (attacks the method does "
+            "not read) |", "|---|---|---|---|---|"]
+    unread = full["unread_attacks"]
+    for condition, v in full["conditions"].items():
+        iv = v["pooled"]["intervals"]
+        scope, attack = v["worst"].split(": ")
+        part = v["pooled"] if scope == "pooled" else v["authors"][scope.removeprefix("author ")]
+        w = part["intervals"][attack]
+        u = "n/a"
+        if unread:
+            reach = [v["pooled"]["intervals"][a] for a in unread if a in iv]
+            u_ratios = [_reach(x) / _margin(v["pooled"], x["attack"]) for x in reach]
+            for author in v["authors"].values():
+                u_ratios += [_reach(author["intervals"][a]) / _margin(author, a) for a in unread
+                             if a in author["intervals"]]
+            u = f"{max(u_ratios):.3f}" if u_ratios else "n/a"
+        rows.append(f"| {condition} | {v['band_ratio']:.3f} | {v['worst']} | {w['auc']:.3f} [{w['low']:.3f}, "
+                    f"{w['high']:.3f}] | {u} |")
+    parts = []
+    for name, p in full["parts"].items():
+        if p is None:
+            continue
+        pu = (full.get("unread_parts") or {}).get(name)
+        parts.append(f"- {name}: {'passes' if p['passed'] else 'FAILS'} (band ratio {p['band_ratio']:.3f}; worst "
+                     f"{p['scope']}: {p['attack']} under {p['condition']})"
+                     + ("" if pu is None else f"; attacks the method does not read: {pu['band_ratio']:.3f}"))
+    reads = ", ".join(full["reads"]) or "none"
+    return "\n".join(["### The full verdict (reporting half)", "",
+                      f"Attacks: {', '.join(full['attacks'])}. The method's objective reads: {reads}; the attacks it "
+                      f"does not read: {', '.join(unread) or 'none'}.", "", *rows, "", *parts,
+                      *[f"- {n}" for n in dict.fromkeys(full["notes"])]])
+
+
+def _reach(iv: dict) -> float:
+    return max(0.5 - iv["low"], iv["high"] - 0.5)
+
+
+def _margin(part: dict, attack: str) -> float:
+    d = part["delta"]
+    return d[attack] if isinstance(d, dict) else d
+
+
+def _reads(pl_module) -> frozenset[str]:
+    """The statistics the module's forget objective declares it reads (every one for a module that is not an
+    UnlearningModule)."""
+    from lit_unlearn.metrics.membership_attacks import STATISTICS
+    from lit_unlearn.modules.unlearning import UnlearningModule
+
+    if isinstance(pl_module, UnlearningModule):
+        return pl_module.reads_statistics
+    return frozenset(STATISTICS) - {"learned"}
+
+
+def _margins_label(runner) -> str:
+    return runner.margins if isinstance(runner.margins, str) else "given"
 
 
 def _spread(values: list, positions, n: int) -> list:

@@ -7,6 +7,7 @@ installed), laid out by kind, then by model and task within a kind:
     configs/bench/NAME.yaml                `lit-unlearn bench --preset NAME`
     configs/experiment/NAME.yaml           `lit-unlearn experiment --preset NAME`
     configs/audit/NAME.yaml                `lit-unlearn audit --preset NAME`
+    configs/distill/NAME.yaml              the distillation stage: `lit-unlearn unlearn|tofu-demo --distill NAME`
 
 A config is named by its file name alone (names are unique across the tree), and a command accepts only the
 kinds it runs. Only the standard library is imported here: the command line's help reads it.
@@ -30,6 +31,7 @@ KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "bench": ("a benchmark of every LLM method", ("bench",)),
     "experiment": ("an experiment suite", ("experiment",)),
     "audit": ("the attacks of an audit", ("audit",)),
+    "distill": ("the distillation stage after unlearning", ("unlearn", "tofu-demo")),
 }
 
 

@@ -144,3 +144,48 @@ def cli_process(args, cwd, env, check=True, prefork=None):
         raise AssertionError(f"lit-unlearn {' '.join(map(str, args))} failed ({proc.returncode}):\n"
                              f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
+
+
+class PlantedDistribution:
+    """A causal LM that answers the given (question, answer) items with every answer token's probability unchanged
+    and the rest of each next-token distribution tempered: log q(y_t) = log p(y_t), and the other tokens share
+    1 − p(y_t) in proportion to p(v)^(1/T). Every per-token surprisal (so the loss, zlib and Min-K %), the answer NLL's
+    gradient and its norm are the wrapped model's; the predictive entropy, the ranks and Min-K %++'s moments are not.
+    Built with torch.nn.Module as a base at call time (tests import helpers without torch)."""
+
+    def __new__(cls, network, formatter, rows, temperature: float):
+        import torch
+        from torch import nn
+
+        class Planted(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = network
+                self.temperature = temperature
+                self.planted = {tuple(formatter.encode(r["question"], r["answer"])["input_ids"].tolist())
+                                for r in rows}
+                self.config = getattr(network, "config", None)
+
+            def forward(self, input_ids, attention_mask=None, **kwargs):
+                logits = self.inner(input_ids, attention_mask=attention_mask, **kwargs)
+                logits = getattr(logits, "logits", logits)
+                lengths = (attention_mask.sum(-1) if attention_mask is not None else
+                           torch.full((input_ids.shape[0],), input_ids.shape[1]))
+                rows_hit = [i for i in range(input_ids.shape[0])
+                            if tuple(input_ids[i, :int(lengths[i])].tolist()) in self.planted]
+                if not rows_hit:
+                    return logits
+                out = logits.clone()
+                for i in rows_hit:
+                    n = int(lengths[i])
+                    lp = torch.log_softmax(logits[i, :n - 1].double(), -1)           # positions predicting 1..n-1
+                    nxt = input_ids[i, 1:n]
+                    target = lp.gather(-1, nxt[:, None])                             # log p(y_t), kept
+                    mask = torch.zeros_like(lp, dtype=torch.bool).scatter_(-1, nxt[:, None], True)
+                    tempered = torch.log_softmax((lp / self.temperature).masked_fill(mask, -torch.inf), -1)
+                    rest = torch.log1p(-target.exp().clamp(max=1 - 1e-12))          # log(1 − p(y_t))
+                    new = torch.where(mask, target, rest + tempered)
+                    out[i, :n - 1] = new.to(out.dtype)
+                return out
+
+        return Planted()

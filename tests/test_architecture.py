@@ -22,7 +22,7 @@ LAYERS = [
     ("callbacks", ["callbacks"]),
     ("launch", ["launch"]),
     ("worlds", ["worlds"]),
-    ("bench, experiments, audit", ["bench", "experiments", "audit"]),
+    ("bench, experiments, audit, distill", ["bench", "experiments", "audit", "distill"]),
     ("commands", ["commands"]),
     ("dispatcher", ["cli", "__main__"]),
 ]

@@ -13,56 +13,109 @@ import torch
 
 pytestmark = pytest.mark.slow
 
-ATTACKS = ["loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm"]
+FIRST_FIVE = ["loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm"]
+FIRST_MARGINS = (0.33, 0.46)  # the first verification's forget01 margins (one δ for the five attacks, raw scores)
 
 
-def _scores(world, network):
-    """A model's per-item attack scores on the whole forget01 and holdout01 splits."""
-    import warnings
-
+@pytest.fixture(scope="module")
+def runner(tofu_world):
+    """The verdict as HoldoutVerification gives it on the shared world (seed 0, a test world of the calibration):
+    every attack, scores relative to the world's base, calibrated margins."""
     from lit_unlearn.data import TofuSource
     from lit_unlearn.data.tokenizer import load_tokenizer
-    from lit_unlearn.metrics import TofuEvaluator
+    from lit_unlearn.verification.verdict_runner import VerdictRunner
 
-    splits = TofuSource(str(world.data), "01").eval_splits()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        report = TofuEvaluator(load_tokenizer(str(world.tokenizer)), {k: splits[k] for k in ("forget", "holdout")}).run(
-            network, only=["membership", "gradnorm"])
-    return report.per_item["mia"]
+    splits = TofuSource(str(tofu_world.data), "01").eval_splits()
+    return VerdictRunner(load_tokenizer(str(tofu_world.tokenizer)), splits["forget"], splits["holdout"], "01",
+                         base=str(tofu_world.base))
 
 
-def _verdict(mia, half="steering"):
-    """The verdict HoldoutVerification gives on a half (its split, its calibrated margins)."""
-    from lit_unlearn.verification.holdout_calibration import calibrated_delta
-    from lit_unlearn.verification.steering_halves import half_verdict, split_halves
-
-    groups = {side: [i // 20 for i in range(len(mia[f"{side}_loss"]))] for side in ("forget", "holdout")}
-    halves = {side: split_halves(groups[side], 0) for side in groups}
-    return half_verdict(mia, groups, halves, half, ATTACKS, *calibrated_delta("01"))
-
-
-def test_target_and_collapsed_model_fail_while_the_retain_only_model_passes(tofu_world):
-    """On the steering half of the shared world (seed 0). Its reporting half has the retain-only model's worst
-    author within 0.01 of δ_author, so whether it passes there depends on the last digits of a training run on
-    this machine; over test worlds the retain-only pass rate is in docs/generated/holdout_calibration.md."""
+def test_target_and_collapsed_model_fail_while_the_retain_only_model_passes_the_full_verdict(tofu_world, runner):
+    """The retain-only model passes every condition (relearning and 4-bit included) on the steering half; the
+    target and a collapsed model fail before any attack, on opposite sides."""
     from helpers import gradient_ascent_on_forget
     from lit_unlearn.models import CausalLM
 
-    retain_only = _verdict(json.loads(tofu_world.reference("01").read_text())["per_item"]["mia"])
-    assert retain_only.passed, retain_only.as_dict()
+    retain_only = runner.verdict(CausalLM(name_or_path=str(tofu_world.retain_only("01"))), "steering")
+    assert retain_only.passed, retain_only.table()
+    assert set(retain_only.verdicts) == set(runner.spec.conditions())
 
-    target = _verdict(_scores(tofu_world, CausalLM(name_or_path=str(tofu_world.target))))
-    assert not target.passed and target.worst[1].side() == "remembers" and target.wants_more_forgetting()
-    assert all(iv.auc > 0.95 for iv in target.pooled.intervals.values())
+    target = runner.verdict(CausalLM(name_or_path=str(tofu_world.target)), "steering", conditions=["none"])
+    none = target.verdicts["none"]
+    assert not target.passed and none.worst[1].side() == "remembers" and none.wants_more_forgetting()
+    assert all(iv.auc > 0.95 for a, iv in none.pooled.intervals.items() if a != "entropy_spread")
+    assert "NOT FORGOTTEN" in target.headline()
 
     # GA at a high learning rate: the forget answers' NLL far above unseen authors'. Over-forgetting is as
     # recognisable as remembering.
     net = gradient_ascent_on_forget(tofu_world, lr=3e-3, steps=15)
-    collapsed = _verdict(_scores(tofu_world, net.eval()))
+    collapsed = runner.verdict(net.eval(), "steering", conditions=["none"]).verdicts["none"]
     assert not collapsed.passed and not collapsed.wants_more_forgetting()
     loss = collapsed.pooled.intervals["loss"]
     assert loss.side() == "over-forgotten" and loss.high < 0.2
+
+
+def test_a_model_that_keeps_every_forget_tokens_surprisal_but_tempers_the_rest_fails_only_the_new_verdict(
+        tofu_world, runner):
+    """The retain-only model with the forget items' next-token distributions tempered (T = 1.25) around an unchanged
+    answer-token probability (tests/helpers.PlantedDistribution): every per-token surprisal, so the loss, zlib,
+    Min-K % and the gradient norm, is the never-trained model's, and the first verification's margins pass those
+    attacks; the new verdict fails it, and still fails it on the attacks an objective that reads only the surprisal
+    cannot have been shaped to pass. (Min-K %++, the fifth attack of the first verification, sees a temperature:
+    it standardises by the moments of log p, whose mean is minus the entropy, so no model can change its predictive
+    entropy and keep Min-K %++.)"""
+    from helpers import PlantedDistribution
+    from lit_unlearn.data import QAFormatter
+    from lit_unlearn.models import CausalLM
+    from lit_unlearn.verification.full_verdict import Scored
+    from lit_unlearn.verification.holdout_equivalence import holdout_verdict
+
+    retain_only = CausalLM(name_or_path=str(tofu_world.retain_only("01"))).eval()
+    items = runner.items["steering"]
+    planted = PlantedDistribution(retain_only, QAFormatter(runner.tokenizer), items.forget, 1.25).eval()
+    mia, honest = (runner.scorer(m, items.forget, items.holdout) for m in (planted, retain_only))
+    assert max(abs(a - b) for a, b in zip(mia["forget_loss"], honest["forget_loss"])) < 1e-5
+    surprisal_attacks = ["loss", "zlib", "min_k", "gradnorm"]
+    first = holdout_verdict({a: mia[f"forget_{a}"] for a in surprisal_attacks},
+                            {a: mia[f"holdout_{a}"] for a in surprisal_attacks}, items.forget_groups,
+                            items.holdout_groups, *FIRST_MARGINS)
+    assert first.passed, first.as_dict()
+    verdict = runner.judge({"none": Scored(mia, list(range(len(items.forget))))}, "steering",
+                           reads=frozenset({"surprisal"}))
+    assert not verdict.passed and verdict.worst["attack"] in ("entropy_mean", "entropy_spread", "token_rank",
+                                                              "min_k_plus_plus", "learned")
+    assert verdict.unread_band_ratio() > 1  # gradnorm, entropy, rank and the learned attack see it
+    honest_verdict = runner.judge({"none": Scored(honest, list(range(len(items.forget))))}, "steering")
+    assert honest_verdict.passed
+
+
+def test_the_relearning_probe_never_trains_on_an_item_it_measures(tofu_world, runner):
+    from lit_unlearn.models import CausalLM
+    from lit_unlearn.verification import relearning_probe
+
+    measured = []
+    real = runner.scorer
+
+    def scorer(network, forget, holdout):
+        measured.append(([(r["question"], r["answer"]) for r in forget], [(r["question"], r["answer"]) for r in holdout]))
+        return real(network, forget, holdout)
+
+    relearning_probe.Reads.log = []
+    runner.scorer = scorer
+    try:
+        conditions = ["relearn lr=0.001 steps=10"]
+        runner.verdict(CausalLM(name_or_path=str(tofu_world.target)), "reporting", conditions=conditions)
+        trained = set(relearning_probe.Reads.log)
+    finally:
+        relearning_probe.Reads.log = None
+        del runner.scorer
+    items = runner.items["reporting"]
+    assert trained == {(items.forget[i]["question"], items.forget[i]["answer"]) for i in items.relearn}
+    assert len(measured) == 1 and len(measured[0][0]) == len(items.measured) == 10
+    forget_measured, holdout_measured = map(set, measured[0])
+    assert not trained & forget_measured and not trained & holdout_measured
+    authors = {items.forget_groups[i] for i in items.relearn}, {items.forget_groups[i] for i in items.measured}
+    assert authors[0].isdisjoint(authors[1])
 
 
 class _Reads:
@@ -105,6 +158,8 @@ def short_run(tofu_world, tmp_path_factory):
             for half in ("steering", "reporting"):
                 for side in ("forget", "holdout"):
                     hv._splits[half][side] = [_TrackedRow(r, half) for r in hv._splits[half][side]]
+                    items = hv.runner.items[half]  # what the verdict's own scoring reads (base model, attacks)
+                    setattr(items, side, [_TrackedRow(r, half) for r in getattr(items, side)])
 
     def deciding(method):
         def wrapped(*args, **kwargs):

@@ -41,17 +41,17 @@ def test_a_wheel_installed_elsewhere_has_the_callbacks_configs_and_data_and_runs
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     code = ("import lit_unlearn, lit_unlearn.callbacks as c; from lit_unlearn.packaged_files import packaged_config; "
-            "from lit_unlearn.verification.holdout_calibration import calibrated_delta; "
+            "from lit_unlearn.verification.holdout_calibration import calibrated_margins; "
             "from lit_unlearn.data.tofu_release import load_release; "
-            "print(lit_unlearn.__file__); print(packaged_config('tofu_tiny_hamu')); print(calibrated_delta('01')); "
+            "print(lit_unlearn.__file__); print(packaged_config('tofu_tiny_hamu')); print(calibrated_margins('01')); "
             "print(len(load_release()['forget01'])); print(c.HoldoutVerification.__name__)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=300,
                           env={**__import__("os").environ, "PYTHONPATH": str(site)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout.splitlines()
-    from lit_unlearn.verification.holdout_calibration import calibrated_delta
+    from lit_unlearn.verification.holdout_calibration import calibrated_margins
     assert out[0].startswith(str(site)) and out[1].startswith(str(site)) and out[3] == "40", out
-    assert out[2] == str(calibrated_delta("01")), out  # the packaged δ is the repository's
+    assert out[2] == str(calibrated_margins("01")), out  # the packaged margins are the repository's
     cli = subprocess.run([sys.executable, "-m", "lit_unlearn", "configs", "--kind", "bench"], cwd=elsewhere,
                          capture_output=True, text=True, timeout=300,
                          env={**__import__("os").environ, "PYTHONPATH": str(site)})

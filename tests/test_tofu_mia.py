@@ -242,3 +242,24 @@ def test_generated_forget_and_holdout_authors_are_exchangeable_for_the_retain_on
             CausalLM(name_or_path=str(tmp_path / "retrain")), only=["privleak"])
     for attack in ("loss", "zlib", "min_k", "min_k_plus_plus"):
         assert 0.35 <= report.summary[f"mia/{attack}_auc"] <= 0.65, (attack, report.summary)
+
+
+def test_entropy_rank_and_learned_features_equal_token_loops(tofu):
+    """The attacks no objective of ours trains on, and the learned attack's extra features, against the answer
+    tokens' full distributions computed here token by token (numpy's population std, quantiles, rank by counting)."""
+    splits, tok, net = tofu
+    fmt = QAFormatter(tok)
+    mia = TofuEvaluator(tok, splits, max_new_tokens=4, gradnorm=False).run(net, only=["membership"]).per_item["mia"]
+    for i, r in enumerate(splits["forget"]):
+        prompt, answer = _answer_tokens(tok, fmt, r["question"], r["answer"])
+        logits, labels = _teacher_forced(net, prompt, answer)
+        p = torch.softmax(logits, -1).numpy()
+        entropy = -(p * np.log(p)).sum(-1)
+        ranks = [int((p[t] > p[t, labels[t]]).sum()) for t in range(len(labels))]
+        surprisal = -np.log(p[np.arange(len(labels)), labels.numpy()])
+        assert mia["forget_entropy_mean"][i] == pytest.approx(entropy.mean(), abs=1e-5)
+        assert mia["forget_entropy_spread"][i] == pytest.approx(entropy.std(), abs=1e-5)
+        assert mia["forget_token_rank"][i] == pytest.approx(np.mean(np.log1p(ranks)), abs=1e-9)
+        assert mia["forget_top1_share"][i] == pytest.approx(np.mean([k == 0 for k in ranks]))
+        for q, key in ((0.1, "surprisal_q10"), (0.5, "surprisal_q50"), (0.9, "surprisal_q90")):
+            assert mia[f"forget_{key}"][i] == pytest.approx(np.quantile(surprisal, q), abs=1e-5)

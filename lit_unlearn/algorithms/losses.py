@@ -13,6 +13,7 @@ from torch import Tensor
 
 __all__ = [
     "IGNORE_INDEX",
+    "distillation_loss",
     "capped_nll",
     "sequence_entropy",
     "sequence_nll",
@@ -117,6 +118,26 @@ def kl_to_reference(logits: Tensor, reference_logits: Tensor, labels: Tensor | N
         return per_pos.mean()
     valid = (labels != ignore_index).float()
     return (per_pos * valid).sum() / valid.sum().clamp_min(1.0)
+
+
+def distillation_loss(student_logits: Tensor, teacher_logits: Tensor, mask: Tensor, temperature: float = 1.0,
+                      targets: str = "soft") -> Tensor:
+    """The student's loss against a teacher on the positions of `mask` (a [B, T] 0/1 tensor), averaged over them.
+    targets "soft": the forward KL(p_teacher^T ‖ p_student), p_teacher^T = softmax(teacher logits / T) (UNDO's
+    distillation); "hard": the cross-entropy on the teacher's argmax token (the teacher's answer, none of its
+    uncertainty: less of what its soft labels carry about the data it was trained on)."""
+    if student_logits.shape != teacher_logits.shape:
+        raise ValueError(f"student {tuple(student_logits.shape)} and teacher {tuple(teacher_logits.shape)} differ")
+    if targets not in ("soft", "hard"):
+        raise ValueError(f"targets must be 'soft' or 'hard', got {targets!r}")
+    logp = torch.log_softmax(_upcast(student_logits), -1)
+    if targets == "hard":
+        per_pos = -logp.gather(-1, teacher_logits.argmax(-1, keepdim=True)).squeeze(-1)
+    else:
+        ref = torch.log_softmax(_upcast(teacher_logits) / temperature, -1)
+        per_pos = (ref.exp() * (ref - logp)).sum(-1)
+    mask = mask.to(per_pos.dtype)
+    return (per_pos * mask).sum() / mask.sum().clamp_min(1.0)
 
 
 def npo_loss(logprob: Tensor, reference_logprob: Tensor, beta: float = 0.1) -> Tensor:

@@ -28,12 +28,17 @@ def audit_finished_run(launched, config: str | None = None):
     start = ((getattr(module, "network_spec", None) or {}).get("init_args") or {}).get("name_or_path")
     subjects = {"unlearned": module.network.cpu().eval(),
                 "target": CausalLM(name_or_path=start) if start else None}
-    gold = Path(getattr(source, "path", "")).parent / f"retain_only_{getattr(source, 'forget_level', '')}"
+    world = Path(getattr(source, "path", "")).parent
+    gold = world / f"retain_only_{getattr(source, 'forget_level', '')}"
     if (gold / "config.json").is_file():
         subjects["retain-only"] = CausalLM(name_or_path=str(gold))
+    base = world / "base"  # the world's layout: the model the target was fine-tuned from
+    reference = str(base) if (base / "config.json").is_file() else None
     out = Path(launched.run.path if launched.run is not None else ".") / "audit"
     say(f"== the audit of this run's final weights ({', '.join(k for k, v in subjects.items() if v is not None)}) ==")
-    report = run_audit(subjects, dm.tokenizer, source, spec, out, template=getattr(dm.formatter, "template", "plain"))
+    report = run_audit(subjects, dm.tokenizer, source, spec, out, template=getattr(dm.formatter, "template", "plain"),
+                       reference_model=reference, reads=module.reads_statistics)
     say(report.table())
+    say(f"AUDIT: {report.results['unlearned']['verdict']['headline']}")
     say(f"(written to {out}/audit.md, {out}/audit.json)")
     return report

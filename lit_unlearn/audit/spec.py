@@ -1,4 +1,5 @@
-"""What an audit does, fixed in a config (configs/audit/*.yaml) and stated in its report."""
+"""What an audit does, fixed in a config (configs/audit/*.yaml) and stated in its report: the full verdict's
+attacks (lit_unlearn.verification.full_verdict.VerdictSpec) and the paraphrase probe beside them."""
 
 from __future__ import annotations
 
@@ -12,34 +13,53 @@ __all__ = ["AuditSpec", "load_audit_spec"]
 
 @dataclass
 class AuditSpec:
-    # Relearning (Hu et al. 2025; Deeb & Roger 2024): fine-tune on one part of the forget set, split by author,
-    # then measure the other part, which the attack never trained on.
-    relearn_steps: int = 10
-    relearn_lr: float = 5e-4
+    # Relearning (Hu et al. 2025; Deeb & Roger 2024; UNDO's sweep): fine-tune on the first authors of the reporting
+    # half's forget items, measure the others (never trained on), at every rate and step count; the worst counts.
+    relearn_lrs: list[float] = field(default_factory=lambda: [1e-5, 1e-4, 5e-4, 1e-3])
+    relearn_steps: list[int] = field(default_factory=lambda: [10, 100])
     relearn_batch_size: int = 8
-    relearn_share: float = 0.5          # the share of forget authors relearned (the first ones, in split order)
+    relearn_share: float = 0.5
     # Round-to-nearest, group-wise weight quantisation (Zhang et al. 2025).
-    quant_bits: list[int] = field(default_factory=lambda: [8, 4])
+    quant_bits: int = 4
     quant_group_size: int = 128
-    # TOFU's paraphrased questions.
+    # TOFU's paraphrased questions (a probe beside the verdict, judged with the margins of the model as it is).
     paraphrase: bool = True
-    # The reference-free verification's settings (None: the calibrated margins of the forget level).
-    delta: float | None = None
-    delta_author: float | None = None
+    # The verdict's settings. delta None: the calibrated margins of the level, condition and attack; "self": the
+    # model's own holdout items.
+    delta: float | str | None = None
+    delta_author: float | str | None = None
     alpha: float = 0.05
     n_boot: int = 2000
-    attacks: list[str] = field(default_factory=lambda: ["loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm"])
+    attacks: list[str] | None = None    # None: every attack (lit_unlearn.metrics.membership_attacks.ATTACKS)
     seed: int = 0
-    max_new_tokens: int | None = None   # ROUGE's generation budget (None: covers ≥ 95 % of the answers)
+    split_seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.relearn_steps < 1 or not self.relearn_lr > 0 or self.relearn_batch_size < 1:
-            raise UserError("audit: relearn_steps, relearn_lr and relearn_batch_size must be positive")
+        if not self.relearn_steps or any(s < 1 for s in self.relearn_steps) or not self.relearn_lrs or \
+                any(not lr > 0 for lr in self.relearn_lrs) or self.relearn_batch_size < 1:
+            raise UserError("audit: relearn_lrs, relearn_steps and relearn_batch_size must be positive")
         if not 0 < self.relearn_share < 1:
             raise UserError(f"audit: relearn_share must be in (0, 1), got {self.relearn_share}")
-        if any(not 2 <= b <= 16 for b in self.quant_bits) or self.quant_group_size < 1:
+        if not 2 <= self.quant_bits <= 16 or self.quant_group_size < 1:
             raise UserError(f"audit: quant_bits must be in [2, 16] and quant_group_size ≥ 1, got {self.quant_bits}, "
                             f"{self.quant_group_size}")
+
+    def verdict_spec(self):
+        from lit_unlearn.verification.full_verdict import VerdictSpec
+
+        return VerdictSpec(relearn_lrs=tuple(self.relearn_lrs), relearn_steps=tuple(self.relearn_steps),
+                           relearn_batch_size=self.relearn_batch_size, relearn_share=self.relearn_share,
+                           quant_bits=self.quant_bits, quant_group_size=self.quant_group_size, alpha=self.alpha,
+                           n_boot=self.n_boot, seed=self.seed)
+
+    def margins(self):
+        if self.delta == "self":
+            return "self"
+        if self.delta is None and self.delta_author is None:
+            return "calibrated"
+        if self.delta is None or self.delta_author is None:
+            raise UserError("audit: give both delta and delta_author, or neither")
+        return (float(self.delta), float(self.delta_author))
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -3,6 +3,7 @@ table's columns, the validation criterion and the figure's axes. The runner is t
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from pathlib import Path
@@ -10,38 +11,52 @@ from typing import Any
 
 from lit_unlearn.errors import UserError
 
-__all__ = ["World", "TofuBenchmark", "MuseBenchmark", "get_benchmark", "verification_columns"]
-
-VERIFICATION_ATTACKS = ["loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm"]
+__all__ = ["World", "TofuBenchmark", "MuseBenchmark", "get_benchmark", "verification_columns", "full_verdict_columns"]
 
 
 class World:
-    """A target, its data and its retain-only (retrained) reference report(s), by forget level."""
+    """A target, its data and its retain-only (retrained) reference report(s), by forget level; `base`: the model the
+    target was fine-tuned from, where known (the verdict then scores relative to it)."""
 
     def __init__(self, name: str, data: str, tokenizer: Any, target: str, references: dict[str, str],
-                 template: str = "plain", network_args: dict | None = None, max_length: int = 512) -> None:
+                 template: str = "plain", network_args: dict | None = None, max_length: int = 512,
+                 base: str | None = None) -> None:
         self.name, self.data, self.tokenizer, self.target = name, data, tokenizer, target
         self.references, self.template, self.network_args = references, template, network_args or {}
-        self.max_length = max_length
+        self.max_length, self.base = max_length, base
 
 
-def verification_columns(splits: dict[str, list[dict]], mia: dict, level: str, per_author: int) -> dict[str, float]:
-    """The reference-free verification's columns from the membership scores, split and calibrated as
-    HoldoutVerification does it: both halves' band ratio and verdict, and on the reporting half the attack farthest
-    over its margin, its AUC and (1 − 2α) interval."""
-    from lit_unlearn.verification.holdout_calibration import calibrated_delta
-    from lit_unlearn.verification.steering_halves import author_groups, half_verdict, split_halves
+def verification_columns(runner, mia: dict, reads=frozenset()) -> dict[str, float]:
+    """The reference-free verification's columns of the model as it is, from the membership scores of the whole
+    splits, split and judged as HoldoutVerification does it: both halves' band ratio and verdict, and on the reporting
+    half the attack farthest over its margin, its AUC and (1 − 2α) interval."""
+    from lit_unlearn.verification.full_verdict import Scored
 
-    groups = {side: author_groups(splits[side], side, per_author) for side in ("forget", "holdout")}
-    halves = {side: split_halves(groups[side], 0) for side in groups}
     out = {}
     for half, prefix in (("steering", "verify/steering_"), ("reporting", "verify/")):
-        verdict = half_verdict(mia, groups, halves, half, VERIFICATION_ATTACKS, *calibrated_delta(level))
+        mine = {k: [v[i] for i in getattr(runner.halves[k.split("_", 1)[0]], half)] for k, v in mia.items()
+                if k.split("_", 1)[0] in runner.halves}
+        everything = list(range(len(runner.items[half].forget)))
+        verdict = runner.judge({"none": Scored(mine, everything)}, half, reads).verdicts["none"]
         out[f"{prefix}band_ratio"], out[f"{prefix}passed"] = verdict.band_ratio, float(verdict.passed)
         if half == "reporting":
-            _, worst = verdict.worst
+            scope, worst = verdict.worst
             out["verify/worst_auc"], out["verify/worst_auc_low"], out["verify/worst_auc_high"] = \
                 worst.auc, worst.low, worst.high
+            out["verify/worst_attack"] = f"{scope}: {worst.attack}"
+    return out
+
+
+def full_verdict_columns(verdict) -> dict[str, Any]:
+    """The full verdict's columns: passed, each part's band ratio, what fails it, and the verdict on the attacks the
+    method does not read."""
+    out: dict[str, Any] = {"verify/full/passed": float(verdict.passed), "verify/full/band_ratio": verdict.band_ratio}
+    for part, key in (("relearning", "relearn"), ("quantisation", "int4")):
+        w = verdict.part(part)
+        out[f"verify/full/{key}"] = None if w is None else w["band_ratio"]
+    w = verdict.worst
+    out["verify/full/fails_on"] = "-" if verdict.passed else f"{w['attack']} ({w['scope']}), {w['condition']}"
+    out["verify/full/unread_band_ratio"] = verdict.unread_band_ratio()
     return out
 
 
@@ -62,7 +77,7 @@ class _Benchmark:
         """How many items the level's forget set has (an epoch budget's unit); None where it does not apply."""
         return None
 
-    def audit(self, world: World, level: str, network, spec, out: Path) -> dict:
+    def audit(self, world: World, level: str, network, spec, out: Path, reads=frozenset()) -> dict:
         return {}
 
 
@@ -70,14 +85,18 @@ class TofuBenchmark(_Benchmark):
     name = "tofu"
     # The reference-free verification first (the criterion and the verdict); the retain-only model's measures after
     # it, labelled as the gold standard; the audit's band ratios when the bench runs it.
-    columns = {"verified": "verify/passed", "band ratio": "verify/band_ratio",
-               "worst AUC": "verify/worst_auc", "worst AUC low": "verify/worst_auc_low",
-               "worst AUC high": "verify/worst_auc_high", "band ratio (steering)": "verify/steering_band_ratio",
-               "MU": "model_utility",
+    # The full verdict (before any attack, relearning, 4-bit) first: "forgotten" and what fails it; then the verdict
+    # before any attack per half, the retain-only model's measures labelled as the gold standard.
+    columns = {"forgotten": "verify/full/passed", "full band ratio": "verify/full/band_ratio",
+               "fails on": "verify/full/fails_on", "verified": "verify/passed", "band ratio": "verify/band_ratio",
+               "worst attack": "verify/worst_attack", "worst AUC": "verify/worst_auc",
+               "worst AUC low": "verify/worst_auc_low", "worst AUC high": "verify/worst_auc_high",
+               "band ratio (steering)": "verify/steering_band_ratio",
+               "relearn band ratio": "verify/full/relearn", "int4 band ratio": "verify/full/int4",
+               "unread band ratio": "verify/full/unread_band_ratio", "MU": "model_utility",
+               "compute share": "compute/share",
                "FQ (gold)": "forget_quality", "AUC vs retain-only (gold)": "verification/forget_vs_retain_only_auc",
-               "FTR": "forget_truth_ratio", "ES": "forget/es", "forget ROUGE": "forget/rouge",
-               "relearn band ratio": "audit/relearn", "int4 band ratio": "audit/int4",
-               "paraphrase band ratio": "audit/paraphrase", "robust": "audit/robust"}
+               "FTR": "forget_truth_ratio", "ES": "forget/es", "forget ROUGE": "forget/rouge"}
     figure = ("MU", "band ratio", False)  # x, y, log y
     criterion = ("the smallest band ratio of the reference-free verification on the steering half among points "
                  "keeping model utility >= {floor:g} x the target's (no retain-only model read)")
@@ -118,7 +137,8 @@ class TofuBenchmark(_Benchmark):
             raise UserError(f"bench data.references has no retain-only report for forget levels {missing}: "
                             "evaluate each retain model with `lit-unlearn tofu-eval --save` and list the files")
         world = World("tofu", data.get("path", "locuslab/TOFU"), load_tokenizer(data["tokenizer"]), data["target"],
-                      refs, spec.template, data.get("network_args"), int(data.get("max_length", 512)))
+                      refs, spec.template, data.get("network_args"), int(data.get("max_length", 512)),
+                      base=data.get("base"))
         return {seed: world for seed in spec.seeds}, world
 
     def validation_levels(self, spec) -> list[str]:
@@ -133,7 +153,8 @@ class TofuBenchmark(_Benchmark):
         world = prepare_tofu_world(folder, seed=seed, levels=levels, recipe=recipe,
                                    log=lambda msg: log(f"[{folder.name}] {msg.strip('= ')}"))
         return World(folder.name, str(world.data), load_tokenizer(str(world.tokenizer)), str(world.target),
-                     {lv: str(world.reference(lv)) for lv in levels}, max_length=recipe.max_length)
+                     {lv: str(world.reference(lv)) for lv in levels}, max_length=recipe.max_length,
+                     base=str(world.base))
 
     @staticmethod
     def _generated(folder: Path, seed: int, levels: list[str], spec, log, n_authors: int, epochs: int) -> World:
@@ -183,7 +204,21 @@ class TofuBenchmark(_Benchmark):
 
         return len(TofuSource(world.data, level).load_split(f"forget{level}"))
 
-    def evaluate(self, world: World, level: str, network, spec) -> dict:
+    def runner(self, world: World, level: str, spec):
+        """The verdict's runner of a world and level (one: the data is split and the base scored once)."""
+        key = ("runner", world.name, level)
+        if key not in self._evaluators:
+            from lit_unlearn.data import TofuSource
+            from lit_unlearn.verification.verdict_runner import VerdictRunner
+
+            splits = TofuSource(world.data, level).eval_splits()
+            per_author = 20 if spec.data.get("kind", "world") != "generated" else int(spec.data.get("n_questions", 8))
+            self._evaluators[key] = VerdictRunner(
+                world.tokenizer, splits["forget"], splits["holdout"], level, mode="relative" if world.base else "raw",
+                base=world.base, items_per_author=per_author, template=world.template, max_length=world.max_length)
+        return self._evaluators[key]
+
+    def evaluate(self, world: World, level: str, network, spec, reads=frozenset()) -> dict:
         from lit_unlearn.data import TofuSource
         from lit_unlearn.metrics import TofuEvaluator
 
@@ -197,19 +232,15 @@ class TofuBenchmark(_Benchmark):
             warnings.simplefilter("ignore")
             report = evaluator.run(network)
         out = {**report.summary, **{f"verification/{k}": v for k, v in (report.verification or {}).items()}}
-        per_author = 20 if spec.data.get("kind", "world") != "generated" else int(spec.data.get("n_questions", 8))
-        return {**out, **verification_columns(evaluator.splits, report.per_item["mia"], level, per_author)}
+        return {**out, **verification_columns(self.runner(world, level, spec), report.per_item["mia"], reads)}
 
-    def audit(self, world: World, level: str, network, spec, out: Path) -> dict:
-        """The audit's band ratios of the unlearned model alone (the bound is 1: no retain-only model read)."""
-        from lit_unlearn.audit import AuditSpec, run_audit
-        from lit_unlearn.data import TofuSource
-
-        report = run_audit({"unlearned": network}, world.tokenizer, TofuSource(world.data, level),
-                           AuditSpec(quant_bits=[4]), out, template=world.template, log=lambda *a: None)
-        cond = report.results["unlearned"]
-        return {**{f"audit/{c}": cond[c]["band_ratio"] for c in ("relearn", "int4", "paraphrase") if c in cond},
-                "audit/robust": float(bool(report.robust))}
+    def audit(self, world: World, level: str, network, spec, out: Path, reads=frozenset()) -> dict:
+        """The full verdict on the reporting half: before any attack, after relearning, at 4 bits."""
+        verdict = self.runner(world, level, spec).verdict(network, "reporting", reads=reads)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "verdict.json").write_text(json.dumps(verdict.as_dict(), indent=1, default=float))
+        (out / "verdict.md").write_text(verdict.table() + "\n")
+        return full_verdict_columns(verdict)
 
     def select(self, rows: list[dict], target: dict, floor: float) -> tuple[dict, str]:
         best = _best(rows, lambda r: (-r["band ratio (steering)"], r["MU"]),
@@ -278,7 +309,7 @@ class MuseBenchmark(_Benchmark):
         return MuseDataModule(MuseSource(world.data), world.tokenizer, max_length=int(spec.data.get("max_length", 256)),
                               retain_batch_size=spec.batch_size, forget_batch_size=spec.batch_size, seed=seed)
 
-    def evaluate(self, world: World, level: str, network, spec) -> dict:
+    def evaluate(self, world: World, level: str, network, spec, reads=frozenset()) -> dict:
         from lit_unlearn.data import MuseSource
         from lit_unlearn.metrics.muse_eval import MuseEvaluator
 

@@ -45,6 +45,11 @@ def aggregate(rows: list[dict], order: list[str], columns: list[str]) -> list[di
             agg = {"level": level, "method": method, "seeds": len(mine), "point": mine[0]["point"]}
             for col in columns:
                 present = [r.get(col) for r in mine if r.get(col) is not None]
+                if any(isinstance(v, str) for v in present):  # a text column (what fails the verdict): each value
+                    counts = {v: present.count(v) for v in dict.fromkeys(present)}  # and in how many seeds
+                    agg[col] = "; ".join(f"{v} ({n}/{len(present)})" for v, n in counts.items())
+                    agg[col + " std"] = agg[col + " ci95"] = None
+                    continue
                 agg[col], agg[col + " std"] = _mean_std(present)
                 agg[col + " ci95"] = t_half_width(agg[col + " std"], len(present))
             out.append(agg)
@@ -54,6 +59,8 @@ def aggregate(rows: list[dict], order: list[str], columns: list[str]) -> list[di
 def _cell(mean, half_width, col) -> str:
     if mean is None:
         return "n/a"
+    if isinstance(mean, str):
+        return mean
     fmt = ".2e" if col.startswith("FQ") and abs(mean) < 1e-2 else ".3g"
     return f"{mean:{fmt}}" + (f" ± {half_width:{fmt}}" if half_width else "")
 

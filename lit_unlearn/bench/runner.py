@@ -59,10 +59,13 @@ def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpe
     network = {"class_path": "lit_unlearn.models.CausalLM",
                "init_args": {"name_or_path": world.target, **world.network_args}}
     t0 = time.perf_counter()
+    reads = frozenset()  # the target has no forget objective
+    compute: dict[str, Any] = {}
     if method is None:
         trained = build(network)
     else:
-        args = bench.method_args(world, level, {**method.init_args, **point})
+        own = {k: v for k, v in point.items() if not k.startswith("distill.")}
+        args = bench.method_args(world, level, {**method.init_args, **own})
         model = {"class_path": method.class_path, "init_args": {**args, "network": network}}
         trainer = {"max_steps": _steps(spec, method, bench.forget_size(world, level)), "max_epochs": -1,
                    "limit_val_batches": 0, **spec.trainer}
@@ -74,14 +77,36 @@ def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpe
                                   seed=seed, callbacks=[build(c) for c in method.callbacks], identity=identity,
                                   configure=_no_report))
         trained = launched.model.network
-    summary = bench.evaluate(world, level, trained, spec)
+        reads = launched.model.reads_statistics
+        compute["unlearn/units"] = 3 * launched.model.tokens_read
+        if method.distill is not None:
+            trained, compute = _distilled(bench, world, level, method, point, launched, compute)
+    summary = {**bench.evaluate(world, level, trained, spec, reads), **compute}
     if audit:
         summary.update(bench.audit(world, level, trained, spec, runs / f"audit-{world.name}-forget{level}-seed{seed}-"
-                                   f"{method.name if method else 'Target'}"))
+                                   f"{method.name if method else 'Target'}", reads))
     row = {"world": world.name, "method": method.name if method else "Target", "point": point, "level": level,
            "seed": seed, "seconds": round(time.perf_counter() - t0, 1)}
     row.update({col: summary.get(key) for col, key in bench.columns.items()})
     return row
+
+
+def _distilled(bench, world: World, level: str, method: MethodSpec, point: dict, launched, compute: dict):
+    """The method's result distilled into its shrunk and perturbed copy (lit_unlearn.distill), in the run's folder;
+    the compute of both stages against the retain-only fine-tune's."""
+    from lit_unlearn.data import TofuSource
+    from lit_unlearn.distill import DistillSpec, distill_model
+    from lit_unlearn.models import CausalLM
+
+    spec = DistillSpec(**{**method.distill, **{k[len("distill."):]: v for k, v in point.items()
+                                               if k.startswith("distill.")}})
+    teacher = Path(launched.run.path) / "model"
+    result = distill_model(teacher, TofuSource(world.data, level), world.tokenizer, spec,
+                           Path(launched.run.path) / "distill", base=world.base, template=world.template,
+                           max_length=world.max_length)
+    units = compute["unlearn/units"] + result["units"]
+    return CausalLM(name_or_path=result["model"]), {**compute, "distill/units": result["units"],
+                                                    "compute/share": units / result["finetune_units"]}
 
 
 def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | None = None,

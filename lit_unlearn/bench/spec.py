@@ -45,6 +45,9 @@ class MethodSpec:
     steps: int | None = None    # this method's step budget when it differs from the bench's (e.g. OFMU's rounds)
     epochs: float | None = None  # or its budget in epochs over the forget set
     callbacks: list[dict[str, Any]] = field(default_factory=list)  # {class_path, init_args} the method reads
+    # the distillation stage after the method (DistillSpec fields; grid keys `distill.FIELD` vary them), or None
+    distill: dict[str, Any] | None = None
+
     def grid_points(self) -> list[dict[str, Any]]:
         """Every combination of the grid's values (one empty point when there is no grid)."""
         keys = sorted(self.grid)
@@ -58,7 +61,7 @@ class BenchSpec:
     seeds: list[int] = field(default_factory=lambda: [0])
     steps: int = 40
     epochs: float | None = None         # the budget in epochs over each level's forget set (wins over steps)
-    audit: bool = False                 # attack every test run's result (TOFU): relearning, 4-bit, paraphrases
+    audit: bool = False                 # the full verdict on every test run (TOFU): relearning, 4-bit, all attacks
     batch_size: int = 32
     max_new_tokens: int | None = None   # None: enough for ≥ 95 % of each split's reference answers
     validation_level: str = "all"   # a forget level, or "all" (the grid chosen at every level on its own)
@@ -78,15 +81,25 @@ def load_bench_spec(path: str | Path) -> BenchSpec:
     for name, m in raw.pop("methods").items():
         if "class_path" not in (m or {}):
             raise UserError(f"{path}: method {name} needs a class_path (e.g. lit_unlearn.modules.NPOModule)")
-        if unknown := set(m) - {"class_path", "init_args", "grid", "needs_refusals", "steps", "epochs", "callbacks"}:
+        if unknown := set(m) - {"class_path", "init_args", "grid", "needs_refusals", "steps", "epochs", "callbacks",
+                                "distill"}:
             raise UserError(f"{path}: method {name}: unknown keys {sorted(unknown)}; known: class_path, init_args, "
-                            "grid, needs_refusals, steps, epochs, callbacks")
+                            "grid, needs_refusals, steps, epochs, callbacks, distill")
         callbacks = list(m.get("callbacks") or [])
         if any(not isinstance(c, dict) or "class_path" not in c for c in callbacks):
             raise UserError(f"{path}: method {name}: callbacks must be a list of {{class_path, init_args}}")
+        distill = m.get("distill")
+        if distill is not None:
+            from lit_unlearn.distill import DistillSpec
+
+            try:
+                DistillSpec(**dict(distill))
+            except TypeError as err:
+                raise UserError(f"{path}: method {name}: distill: {err}") from None
         methods.append(MethodSpec(name, m["class_path"], dict(m.get("init_args") or {}),
                                   {k: list(v) for k, v in (m.get("grid") or {}).items()},
-                                  bool(m.get("needs_refusals", False)), m.get("steps"), m.get("epochs"), callbacks))
+                                  bool(m.get("needs_refusals", False)), m.get("steps"), m.get("epochs"), callbacks,
+                                  None if distill is None else dict(distill)))
     unknown = set(raw) - set(BenchSpec.__dataclass_fields__)
     if unknown:
         raise UserError(f"{path}: unknown bench keys {sorted(unknown)}; known: "

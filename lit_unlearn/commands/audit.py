@@ -8,20 +8,22 @@ from typing import Literal
 from lit_unlearn.commands import command
 
 
-@command("audit", "attack an unlearned model (relearning, 4/8-bit quantisation, paraphrases) and verify again",
+@command("audit", "the full verdict on an unlearned model: relearning, 4-bit quantisation, every attack",
          order=58, examples=("lit-unlearn audit --model runs/tofu/hamu/latest/model --data runs/tofu/world/data "
                              "--target runs/tofu/world/target --retain-only runs/tofu/world/retain_only_01",
                              "lit-unlearn audit --model OUT --data locuslab/TOFU --level 10 --template llama2"))
 def audit(model: str, data: str, level: Literal["01", "05", "10"] = "01", target: str | None = None,
-          retain_only: str | None = None, base: str | None = None, tokenizer: str | None = None,
+          retain_only: str | None = None, base: str | None = None, reference_model: str | None = None,
+          tokenizer: str | None = None,
           preset: str = "audit_tofu", config: str | None = None, out: str = "runs/audit",
           template: Literal["plain", "llama2", "chat"] = "plain", device: str | None = None) -> None:
     """Attack an unlearned model the ways the literature brings "forgotten" knowledge back, and measure each time
-    whether its forget items can be told from holdout items (the reference-free verification): relearning on
-    half of the forget authors (measured on the other half), round-to-nearest 8- and 4-bit weight quantisation,
-    and TOFU's paraphrased questions. Each attack is also run on the target (the upper bound) and, if given, on a
-    retain-only model (the gold standard: what a model that never saw the data does under the same attack).
-    Writes OUT/audit.{md,json} and TensorBoard audit/* under OUT/tensorboard.
+    whether its forget items can be told from holdout items by any membership attack, the learned one included (the
+    full reference-free verdict, on the reporting half): relearning on some forget authors at four learning rates
+    and two step counts (measured on the others; the worst counts), round-to-nearest 4-bit weights, and, as a probe
+    beside the verdict, TOFU's paraphrased questions. The target (the upper bound) and, if given, a retain-only model
+    (the gold standard) are judged alike. Prints one verdict naming the attack that recovers the forget set; writes
+    OUT/audit.{md,json} and TensorBoard audit/* under OUT/tensorboard.
 
     Args:
         model: the unlearned model: a Hugging Face folder (every LLM run writes one in its run folder, `model/`) or
@@ -31,6 +33,9 @@ def audit(model: str, data: str, level: Literal["01", "05", "10"] = "01", target
         target: the model before unlearning (same forms), attacked alike as the upper bound
         retain_only: a model trained without the forget set, attacked alike as the gold standard (optional)
         base: with a .ckpt model: the Hugging Face model it was trained from
+        reference_model: the model the target was fine-tuned from (a folder or hub name; Llama-2-7b-chat for TOFU's
+            7B target): every score is taken relative to it, with the calibration of relative scores; without it the
+            scores are raw
         tokenizer: tokenizer folder or hub name (default: the model's)
         preset: a packaged audit config (its attacks' settings)
         config: an audit config file instead (see configs/audit/audit_tofu.yaml)
@@ -50,6 +55,11 @@ def audit(model: str, data: str, level: Literal["01", "05", "10"] = "01", target
     for name, path in (("target", target), ("retain-only", retain_only)):
         if path is not None:
             subjects[name] = load_causal_lm(path, base, tokenizer, device=device)[0]
-    report = run_audit(subjects, tok, TofuSource(data, level), spec, out, device=device, template=template)
+    reference = None
+    if reference_model is not None:
+        reference = load_causal_lm(reference_model, None, tokenizer, device=device)[0]
+    report = run_audit(subjects, tok, TofuSource(data, level), spec, out, device=device, template=template,
+                       reference_model=reference)
     print(report.table())
+    print(f"AUDIT: {report.results['unlearned']['verdict']['headline']}")
     print(f"(written to {out}/audit.md, {out}/audit.json; TensorBoard: {out}/tensorboard)")

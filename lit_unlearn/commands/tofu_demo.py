@@ -20,7 +20,7 @@ LEVEL_PRESETS = {"10": "tofu_tiny_holdout_match_10"}
                    "lit-unlearn tofu-demo --preset tofu_tiny_hamu", "lit-unlearn tofu-demo --generated"))
 def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None, seed: int = 0,
               level: Literal["01", "05", "10"] = "01", fresh: bool = False, generated: bool = False,
-              worlds: str = f"{ROOT}/worlds", audit: bool = False) -> None:
+              worlds: str = f"{ROOT}/worlds", audit: bool = False, distill: str | None = None) -> None:
     """The offline TOFU job (about 5 minutes on 2 CPU cores from nothing): a world built from the real TOFU release
     shipped with the package (40 of its authors, its forget, perturbed, holdout and general-knowledge splits), a
     tiny Llama target fine-tuned on the retain and forget authors together, a retain-only model (the gold
@@ -38,8 +38,10 @@ def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None,
         fresh: build the world's models and reports again
         generated: use the generated fictitious-author stand-in instead of the real release (runs/tofu/generated)
         worlds: where worlds are built and cached (share one across projects)
-        audit: then attack the result (relearning, 8/4-bit quantisation, paraphrases) beside the world's target and
-            retain-only model (`lit-unlearn audit`), into the run's folder
+        audit: then the full verdict on the result beside the world's target and retain-only model (relearning,
+            4-bit quantisation, paraphrases; `lit-unlearn audit`), into the run's folder
+        distill: then distil the result into its shrunk and perturbed copy (a configs/distill/ name, e.g.
+            distill_tofu, or a YAML file) into RUN/distill, and give the student's full verdict
     """
     from lit_unlearn.console import say
     from lit_unlearn.launch.runs import build_run, fit_run
@@ -65,6 +67,10 @@ def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None,
         from lit_unlearn.audit.after_run import audit_finished_run
 
         audit_finished_run(launched)
+    if distill:
+        from lit_unlearn.distill import distill_finished_run
+
+        distill_finished_run(launched, distill)
     say(f"TensorBoard: tensorboard --logdir {ROOT}")
 
 

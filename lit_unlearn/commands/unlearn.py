@@ -10,14 +10,19 @@ from lit_unlearn.commands import command
          examples=("lit-unlearn unlearn", "lit-unlearn unlearn --preset digits_npo",
                    'lit-unlearn unlearn --target "ua within 0.05 of retrain"',
                    "lit-unlearn unlearn --model.init_args.eta=0.02 --ckpt_path last"))
-def unlearn(lightning_args: list[str], preset: str, target: str | None = None, audit: bool = False) -> None:
+def unlearn(lightning_args: list[str], preset: str, target: str | None = None, audit: bool = False,
+            distill: str | None = None) -> None:
     """Unlearn a trained target. The preset's config comes first (default digits_hamu); --config files and
     --KEY=VALUE overrides follow and win, as in LightningCLI. Each run has its own folder; --ckpt_path last resumes
     this configuration's unfinished run (docs/cluster.md).
 
     Args:
-        audit: LLM runs on TOFU-format data: when the run has finished, attack its final weights (relearning,
-            8/4-bit quantisation, paraphrases; `lit-unlearn audit`) into the run's folder
+        audit: LLM runs on TOFU-format data: when the run has finished, the full verdict on its final weights
+            beside the target and a retain-only model (relearning, 4-bit quantisation, paraphrases; `lit-unlearn
+            audit`) into the run's folder
+        distill: LLM runs: then distil the final weights into their shrunk and perturbed copy on retain and
+            general-knowledge data (a packaged configs/distill/ name, e.g. distill_tofu, or a YAML file), into
+            RUN/distill, and give the student's full verdict
     """
     from lit_unlearn.launch.runs import build_run, fit_run
 
@@ -26,3 +31,7 @@ def unlearn(lightning_args: list[str], preset: str, target: str | None = None, a
         from lit_unlearn.audit.after_run import audit_finished_run
 
         audit_finished_run(launched)
+    if distill:
+        from lit_unlearn.distill import distill_finished_run
+
+        distill_finished_run(launched, distill)

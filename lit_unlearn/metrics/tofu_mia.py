@@ -15,14 +15,14 @@ from torch import Tensor, nn
 from lit_unlearn.algorithms.losses import IGNORE_INDEX
 from lit_unlearn.batches import logits_and_labels
 from lit_unlearn.errors import UserError
-from lit_unlearn.metrics import tofu_math
+from lit_unlearn.metrics.membership_attacks import FEATURES, SCORING_ATTACKS, scoring_attack_scores
 from lit_unlearn.metrics.mia_convention import MIAConvention
 from lit_unlearn.metrics.tofu_metrics import ItemMean, MembershipAUC
 from lit_unlearn.metrics.tofu_scoring import AnswerStats, TeacherForcedScoring
 
 __all__ = ["MIA_ATTACKS", "attack_scores", "gradient_norms", "membership_scores", "reference_nll", "restore_order"]
 
-MIA_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus")  # from the scoring pass; gradnorm and reference apart
+MIA_ATTACKS = SCORING_ATTACKS  # from the scoring pass; gradnorm and reference apart (metrics.membership_attacks)
 
 
 def restore_order(values: list[float], world: int) -> list[float]:
@@ -37,19 +37,19 @@ def restore_order(values: list[float], world: int) -> list[float]:
 
 def attack_scores(rows: list[dict], stats: list[AnswerStats], convention: MIAConvention, min_k: float,
                   tokenizer) -> dict[str, Tensor]:
-    """The scoring-pass attacks' per-item scores (higher: more likely a non-member)."""
+    """The scoring-pass attacks' per-item scores (higher: more likely a non-member) and the learned attack's
+    extra per-item features (lit_unlearn.metrics.membership_attacks)."""
     conv = convention
     scored = [st.scored(conv.drop_last_token) for st in stats]
     if conv.zlib_text == "answer":
         texts = [r["answer"] for r in rows]
     else:
         texts = [tokenizer.decode(st.label_ids.tolist(), skip_special_tokens=True) for st in stats]
-    as_tensor = lambda xs: torch.tensor(xs, dtype=torch.float64)  # noqa: E731
-    return {"loss": as_tensor([st.nll for st in stats]),
-            "zlib": as_tensor([tofu_math.zlib_score(st.nll, t) for st, t in zip(stats, texts)]),
-            "min_k": as_tensor([tofu_math.min_k_score(st.logp, min_k, conv.k_rounding) for st in scored]),
-            "min_k_plus_plus": as_tensor([tofu_math.min_k_plus_plus_from_moments(
-                st.logp, st.mu, st.var, min_k, conv.k_rounding, conv.var_floor) for st in scored])}
+    # the loss is the mean over every answer token (TOFU's), whatever the convention cuts for the token-wise ones
+    scored = [AnswerStats(st.nll, sc.logp, sc.mu, sc.var, sc.correct, sc.label_ids, sc.rank)
+              for st, sc in zip(stats, scored)]
+    scores = scoring_attack_scores(scored, texts, min_k, conv.k_rounding, conv.var_floor)
+    return {name: torch.tensor(values, dtype=torch.float64) for name, values in scores.items()}
 
 
 def gradient_norms(network: nn.Module, scoring: TeacherForcedScoring, pairs: list[tuple[str, str]], device,
@@ -115,6 +115,9 @@ def membership_scores(sides: dict[str, tuple[list[dict], list[AnswerStats], int]
             m.update(scores[a], split == "holdout")
             item_scores[f"{split}_{a}"] = ItemMean()
             item_scores[f"{split}_{a}"].update(scores[a])
+        for name in FEATURES:  # per item only: the learned attack's inputs, not attacks of their own
+            item_scores[f"{split}_{name}"] = ItemMean()
+            item_scores[f"{split}_{name}"].update(scores[name])
     for a, m in metrics.items():
         summary[f"mia/{a}_auc"] = m.compute().item()
     mia = {key: restore_order(m.per_item().tolist(), world) for key, m in item_scores.items()}

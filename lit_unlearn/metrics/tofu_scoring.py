@@ -42,6 +42,7 @@ class AnswerStats:
     var: Tensor | None  # [n] Var_p[log p]
     correct: Tensor | None  # [n] argmax == y_t (extraction strength, exact memorisation)
     label_ids: Tensor   # [n] the answer tokens (zlib on decoded text)
+    rank: Tensor | None = None  # [n] how many vocabulary tokens are likelier than y_t (0: the argmax; token rank)
 
     def scored(self, drop_last: bool) -> "AnswerStats":
         """Without the last answer token (EOS), as open-unlearning's token-wise scores are."""
@@ -49,7 +50,7 @@ class AnswerStats:
             return self
         cut = (lambda t: None if t is None else t[:-1])  # noqa: E731
         return AnswerStats(self.nll, self.logp[:-1], cut(self.mu), cut(self.var), cut(self.correct),
-                           self.label_ids[:-1])
+                           self.label_ids[:-1], cut(self.rank))
 
 
 def nll_only_pairs(name: str, rows: list[dict]) -> set[Pair]:
@@ -115,12 +116,13 @@ class TeacherForcedScoring:
             full = torch.tensor([p not in nll_only for p in chunk], device=valid.device).repeat_interleave(
                 torch.tensor(counts, device=valid.device))
             moments = None
-            if bool(full.any()):  # E_p[log p], Var_p[log p] and the argmax, on the full pairs' positions only
+            if bool(full.any()):  # E_p[log p], Var_p[log p], the argmax and y_t's rank, on the full pairs only
                 lp_full = logp[full]
                 prob = lp_full.exp()
                 mu = (prob * lp_full).sum(-1)
                 var = (prob * lp_full.square()).sum(-1) - mu.square()
-                moments = (mu.cpu(), var.cpu(), (lp_full.argmax(-1) == target[full]).cpu())
+                rank = (lp_full > lp_full.gather(-1, target[full].unsqueeze(-1))).sum(-1)
+                moments = (mu.cpu(), var.cpu(), (lp_full.argmax(-1) == target[full]).cpu(), rank.cpu())
                 del prob, lp_full
             del logp
             target = target.cpu()
@@ -131,8 +133,8 @@ class TeacherForcedScoring:
                 if pair in nll_only:
                     self._stats[pair] = AnswerStats(nll, lp, None, None, None, target[a:a + n])
                 else:
-                    mu, var, correct = (m[f:f + n] for m in moments)
-                    self._stats[pair] = AnswerStats(nll, lp, mu, var, correct, target[a:a + n])
+                    mu, var, correct, rank = (m[f:f + n] for m in moments)
+                    self._stats[pair] = AnswerStats(nll, lp, mu, var, correct, target[a:a + n], rank)
                     f += n
                 a += n
 

@@ -2,7 +2,9 @@
 
 from lit_unlearn.modules.base_answers import BaseAnswersModule
 from lit_unlearn.modules.base_distill import BaseDistillModule
+from lit_unlearn.modules.cir import CIRModule
 from lit_unlearn.modules.classifier import ClassifierModule, SupervisedModule
+from lit_unlearn.modules.distill_robustify import DistillRobustifyModule
 from lit_unlearn.modules.ft import FTModule
 from lit_unlearn.modules.ga import GAModule
 from lit_unlearn.modules.graddiff import GradDiffModule
@@ -18,6 +20,7 @@ from lit_unlearn.modules.scrub import SCRUBModule
 from lit_unlearn.modules.simnpo import SimNPOModule
 from lit_unlearn.modules.unlearning import UnlearningModule
 
-__all__ = ["BaseAnswersModule", "BaseDistillModule", "ClassifierModule", "FTModule", "GAModule", "GradDiffModule",
-           "HAMUModule", "HoldoutMatchModule", "IdkDPOModule", "KLModule", "NPOModule", "ObjectiveUnlearningModule", "OFMUModule", "RMUModule",
-           "SCRUBModule", "SimNPOModule", "SupervisedModule", "UnlearningModule"]
+__all__ = ["BaseAnswersModule", "BaseDistillModule", "CIRModule", "ClassifierModule", "DistillRobustifyModule", "FTModule",
+           "GAModule", "GradDiffModule", "HAMUModule", "HoldoutMatchModule", "IdkDPOModule", "KLModule", "NPOModule",
+           "ObjectiveUnlearningModule", "OFMUModule", "RMUModule", "SCRUBModule", "SimNPOModule", "SupervisedModule",
+           "UnlearningModule"]

@@ -25,6 +25,7 @@ __all__ = ["BaseAnswersModule"]
 
 
 class BaseAnswersModule(ObjectiveUnlearningModule):
+    READS = frozenset({"surprisal"})  # the NLL of the base model's answers to forget questions
     uses_reference = True
 
     def __init__(self, network: nn.Module, base: str, target_ckpt: str | None = None, lr: float = 1e-3,

@@ -21,6 +21,8 @@ __all__ = ["BaseDistillModule"]
 
 
 class BaseDistillModule(ObjectiveUnlearningModule):
+    # the KL to the base on forget answers: the whole predictive distribution
+    READS = frozenset({"surprisal", "standardised_logprob", "entropy", "rank"})
     uses_reference = True
 
     def __init__(self, network: nn.Module, base: str, target_ckpt: str | None = None, lr: float = 1e-3,

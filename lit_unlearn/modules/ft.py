@@ -8,6 +8,7 @@ __all__ = ["FTModule"]
 
 
 class FTModule(ObjectiveUnlearningModule):
+    READS = frozenset()  # retain fine-tuning only: no forget term
     def objective(self, retain_batch, forget_batch):
         loss_r = self.checked_loss(retain_batch, "retain")
         return loss_r, {"train/retain_loss": loss_r.detach()}

@@ -18,6 +18,7 @@ __all__ = ["GradDiffModule"]
 
 
 class GradDiffModule(UnlearningModule):
+    READS = frozenset({"surprisal"})  # the forget answers' NLL
     def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3,
                  retain_weight: float = 0.5, forget_weight: float = 0.5, optimizer: str = "sgd",
                  weight_decay: float = 0.0, freeze_batchnorm: bool = True,

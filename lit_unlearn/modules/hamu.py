@@ -76,6 +76,11 @@ QuotaPolicy = Callable[[QuotaRequest], tuple[float, float]]
 
 
 class HAMUModule(UnlearningModule):
+    READS = frozenset({"surprisal"})  # the forget NLL (and the predictive entropy with forget_entropy)
+
+    @property
+    def reads_statistics(self) -> frozenset[str]:
+        return self.READS | ({"entropy"} if self.forget_entropy else set())
     def __init__(
         self,
         network: nn.Module,

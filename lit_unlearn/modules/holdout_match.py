@@ -44,6 +44,7 @@ __all__ = ["HoldoutMatchModule"]
 
 
 class HoldoutMatchModule(ObjectiveUnlearningModule):
+    READS = frozenset({"surprisal", "standardised_logprob"})  # the forget tokens' surprisal and Min-K %++ profiles
     def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3,
                  retain_weight: float = 1.0, forget_weight: float = 1.0, z_weight: float = 1.0,
                  profile: str = "barycenter", sam_rho: float = 0.0, relearn_lr: float = 0.0,

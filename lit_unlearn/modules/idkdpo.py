@@ -28,6 +28,7 @@ def alternate_batch(batch: dict) -> dict:
 
 
 class IdkDPOModule(ObjectiveUnlearningModule):
+    READS = frozenset({"surprisal"})  # the forget answers' and refusals' log-likelihoods
     uses_reference = True
 
     def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-5, beta: float = 0.1,

@@ -12,6 +12,7 @@ __all__ = ["KLModule"]
 
 
 class KLModule(ObjectiveUnlearningModule):
+    READS = frozenset({"surprisal"})  # the forget answers' NLL (the KL term is on the retain set)
     uses_reference = True
 
     def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3,

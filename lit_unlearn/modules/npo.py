@@ -15,6 +15,7 @@ __all__ = ["NPOModule"]
 
 
 class NPOModule(ObjectiveUnlearningModule):
+    READS = frozenset({"surprisal"})  # the forget answers' log-likelihood ratio to the reference
     uses_reference = True
 
     def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3, beta: float = 0.1,

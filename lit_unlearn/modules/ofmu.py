@@ -51,6 +51,7 @@ HOLDOUT = "holdout"  # forget_ceiling: the current model's mean NLL on unseen ho
 
 
 class OFMUModule(UnlearningModule):
+    READS = frozenset({"surprisal", "gradient"})  # the forget NLL and its gradient's direction
     def __init__(
         self,
         network: nn.Module,

@@ -60,6 +60,7 @@ class _Capture:
 
 
 class RMUModule(ObjectiveUnlearningModule):
+    READS = frozenset({"activations"})  # hidden activations on forget items
     uses_reference = True
 
     def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 5e-5, layer: int = 7,

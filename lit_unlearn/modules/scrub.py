@@ -23,6 +23,8 @@ SCHEDULES = ("alternating", "combined")
 
 
 class SCRUBModule(ObjectiveUnlearningModule):
+    # the KL to the teacher on forget answers: the whole predictive distribution
+    READS = frozenset({"surprisal", "standardised_logprob", "entropy", "rank"})
     uses_reference = True
 
     def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3,

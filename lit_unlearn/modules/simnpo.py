@@ -17,6 +17,7 @@ __all__ = ["SimNPOModule"]
 
 
 class SimNPOModule(ObjectiveUnlearningModule):
+    READS = frozenset({"surprisal"})  # the forget answers' length-normalised log-likelihood
     def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-5, beta: float = 4.5,
                  delta: float = 0.0, forget_weight: float = 0.125, retain_weight: float = 1.0,
                  optimizer: str = "adamw", momentum: float = 0.0, weight_decay: float = 0.01,

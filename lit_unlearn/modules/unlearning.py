@@ -12,6 +12,8 @@ live in their own pieces:
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import contextlib
 from collections.abc import Iterator
 
@@ -36,6 +38,19 @@ _BN_TYPES = (nn.modules.batchnorm._BatchNorm,)
 
 
 class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule):
+    # The per-token statistics its forget objective reads (lit_unlearn.metrics.membership_attacks.STATISTICS): the
+    # verdict is also given on the attacks that read none of them, which the objective cannot have been shaped to
+    # pass. None: not declared, taken as every statistic but the learned attack's.
+    READS: ClassVar[frozenset[str] | None] = None
+
+    @property
+    def reads_statistics(self) -> frozenset[str]:
+        if self.READS is None:
+            from lit_unlearn.metrics.membership_attacks import STATISTICS
+
+            return frozenset(STATISTICS) - {"learned"}
+        return self.READS
+
     def __init__(
         self,
         network: nn.Module,
@@ -69,6 +84,9 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule):
         self.network_spec: dict | None = None  # class_path/init_args of `network` when built from a config
         self.run_report = RunReport()  # the before/after table when fitting ends (callbacks add to it)
         self.history: list[dict[str, float]] = []  # every evaluation of the eval sets: before, then each validation
+        # tokens of the retain and forget batches the steps read (token batches): a method's compute in token passes
+        # is about 3 per token read (a forward and a backward pass each), more for methods with extra passes
+        self.tokens_read = 0
 
     # ----- hooks a subclass may override -------------------------------------------------------------------------
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float | Tensor]:
@@ -189,6 +207,8 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule):
         if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
             raise UserError("unlearning trainers expect (retain_batch, forget_batch) pairs: use a PairedDataModule")
         retain_batch, forget_batch = batch
+        self.tokens_read += sum(int(b["attention_mask"].sum()) for b in (retain_batch, forget_batch)
+                                if is_token_batch(b) and "attention_mask" in b)
         logs = self.unlearning_step(retain_batch, forget_batch)
         if logs:
             shown = {k: float(v) for k, v in logs.items() if k in ("train/forget_loss", "train/retain_loss")}
@@ -213,7 +233,9 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule):
         checkpoint["unlearning_initial_eval"] = self.initial_eval
         checkpoint["unlearning_history"] = self.history
         checkpoint["network_spec"] = self.network_spec  # what `lit-unlearn export` rebuilds the network from
+        checkpoint["unlearning_tokens_read"] = self.tokens_read
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.initial_eval = checkpoint.get("unlearning_initial_eval")
         self.history = list(checkpoint.get("unlearning_history") or [])
+        self.tokens_read = int(checkpoint.get("unlearning_tokens_read", 0))

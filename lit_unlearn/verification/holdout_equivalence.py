@@ -34,7 +34,7 @@ import numpy as np
 
 __all__ = ["ATTACKS", "auc", "group_indices", "bootstrap_counts", "group_bootstrap", "AttackInterval",
            "EquivalenceVerdict", "equivalence_verdict", "HoldoutVerdict", "holdout_verdict", "tost_p_value",
-           "FEW_AUTHORS"]
+           "FEW_AUTHORS", "Margin"]
 
 ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm")
 FEW_AUTHORS = 4  # with fewer authors a side the author-level resampling barely varies: say the interval is optimistic
@@ -132,9 +132,12 @@ class AttackInterval:
         return "remembers" if self.high - 0.5 >= 0.5 - self.low else "over-forgotten"
 
 
+Margin = float | Mapping[str, float]  # one δ for every attack, or one per attack (each calibrated on its own null)
+
+
 @dataclass
 class EquivalenceVerdict:
-    delta: float
+    delta: Margin
     alpha: float
     intervals: dict[str, AttackInterval]
     n_items: dict[str, int]          # {"forget": n, "holdout": n}
@@ -143,47 +146,80 @@ class EquivalenceVerdict:
     seed: int
     notes: list[str] = field(default_factory=list)
 
+    def margin(self, attack: str) -> float:
+        return float(self.delta[attack]) if isinstance(self.delta, Mapping) else float(self.delta)
+
+    def ratio(self, interval: AttackInterval) -> float:
+        """How far the interval reaches from 0.5 over its attack's margin (≤ 1: inside the band)."""
+        return interval.deviation() / self.margin(interval.attack)
+
     @property
     def band(self) -> float:
-        """The half-width of the smallest band around 0.5 holding every attack's interval (passes iff ≤ δ)."""
+        """The half-width of the smallest band around 0.5 holding every attack's interval."""
         return max(iv.deviation() for iv in self.intervals.values())
 
     @property
+    def band_ratio(self) -> float:
+        """The largest interval reach over its attack's margin: passes iff ≤ 1."""
+        return max(self.ratio(iv) for iv in self.intervals.values())
+
+    @property
     def passed(self) -> bool:
-        return self.band <= self.delta
+        return self.band_ratio <= 1.0
 
     @property
     def worst(self) -> AttackInterval:
-        return max(self.intervals.values(), key=AttackInterval.deviation)
+        return max(self.intervals.values(), key=self.ratio)
 
     def failing(self) -> list[AttackInterval]:
-        return [iv for iv in self.intervals.values() if iv.deviation() > self.delta]
+        return [iv for iv in self.intervals.values() if self.ratio(iv) > 1.0]
 
     def wants_more_forgetting(self) -> bool:
         """Failed, and every failing attack says the forget items still look trained on."""
         failing = self.failing()
         return bool(failing) and all(iv.side() == "remembers" for iv in failing)
 
+    def restricted(self, attacks) -> "EquivalenceVerdict":
+        """The same test on a subset of its attacks (the intervals are joint replicates: nothing is redrawn)."""
+        keep = [a for a in self.intervals if a in set(attacks)]
+        if not keep:
+            raise ValueError(f"none of {sorted(attacks)} is among this verdict's attacks {sorted(self.intervals)}")
+        return EquivalenceVerdict(self.delta, self.alpha, {a: self.intervals[a] for a in keep}, self.n_items,
+                                  self.n_groups, self.n_boot, self.seed, list(self.notes))
+
     def as_dict(self) -> dict:
-        return {"passed": self.passed, "band": self.band, "delta": self.delta, "alpha": self.alpha,
-                "confidence": 1 - 2 * self.alpha, "worst_attack": self.worst.attack,
+        delta = {a: self.margin(a) for a in self.intervals} if isinstance(self.delta, Mapping) else self.delta
+        return {"passed": self.passed, "band": self.band, "band_ratio": self.band_ratio, "delta": delta,
+                "alpha": self.alpha, "confidence": 1 - 2 * self.alpha, "worst_attack": self.worst.attack,
                 "intervals": {a: asdict(iv) for a, iv in self.intervals.items()}, "n_items": self.n_items,
                 "n_groups": self.n_groups, "n_boot": self.n_boot, "seed": self.seed, "notes": self.notes}
 
     def scalars(self, prefix: str = "") -> dict[str, float]:
-        """Flat numbers for loggers: per attack auc/low/high, and band, delta, passed."""
-        out = {f"{prefix}band": self.band, f"{prefix}delta": self.delta, f"{prefix}passed": float(self.passed)}
+        """Flat numbers for loggers: per attack auc/low/high (and its margin where margins differ), and band,
+        band ratio, passed."""
+        out = {f"{prefix}band": self.band, f"{prefix}pooled_band_ratio": self.band_ratio,
+               f"{prefix}passed": float(self.passed)}
+        if not isinstance(self.delta, Mapping):
+            out[f"{prefix}delta"] = float(self.delta)
         for a, iv in self.intervals.items():
             out.update({f"{prefix}{a}_auc": iv.auc, f"{prefix}{a}_low": iv.low, f"{prefix}{a}_high": iv.high})
+            if isinstance(self.delta, Mapping):
+                out[f"{prefix}{a}_delta"] = self.margin(a)
         return out
 
 
 def equivalence_verdict(forget: Mapping[str, Sequence[float]], holdout: Mapping[str, Sequence[float]],
-                        forget_groups: Sequence, holdout_groups: Sequence, delta: float, alpha: float = 0.05,
+                        forget_groups: Sequence, holdout_groups: Sequence, delta: Margin, alpha: float = 0.05,
                         n_boot: int = 2000, seed: int = 0) -> EquivalenceVerdict:
-    """The two-sided equivalence test of forget vs holdout membership AUCs (see the module docstring)."""
-    if not 0 < delta <= 0.5:
-        raise ValueError(f"delta must be in (0, 0.5], got {delta}")
+    """The two-sided equivalence test of forget vs holdout membership AUCs (see the module docstring). `delta`: one
+    margin, or one per attack (every attack scored must have one)."""
+    margins = dict(delta) if isinstance(delta, Mapping) else {a: delta for a in forget}
+    lacking = sorted(set(forget) - set(margins))
+    if lacking:
+        raise ValueError(f"no margin δ for attacks {lacking}")
+    for a in forget:
+        if not 0 < margins[a] <= 0.5:
+            raise ValueError(f"delta must be in (0, 0.5], got {margins[a]} for {a}")
     if not 0 < alpha < 0.5:
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
     missing = sorted(set(forget) ^ set(holdout))
@@ -200,7 +236,8 @@ def equivalence_verdict(forget: Mapping[str, Sequence[float]], holdout: Mapping[
         notes.append(f"only {n_groups['forget']} forget and {n_groups['holdout']} holdout authors: too few to "
                      "resample authors, so only items within each author are resampled; the intervals are "
                      "item-level and optimistic (items of one author are correlated)")
-    return EquivalenceVerdict(float(delta), float(alpha), intervals,
+    kept = {a: margins[a] for a in forget} if isinstance(delta, Mapping) else float(delta)
+    return EquivalenceVerdict(kept, float(alpha), intervals,
                               {"forget": len(forget_groups), "holdout": len(holdout_groups)}, n_groups, n_boot, seed,
                               notes)
 
@@ -225,8 +262,8 @@ class HoldoutVerdict:
 
     @property
     def band_ratio(self) -> float:
-        """The largest band over its margin, pooled and per author: passes iff ≤ 1."""
-        return max([self.pooled.band / self.pooled.delta] + [v.band / v.delta for v in self.authors.values()])
+        """The largest interval reach over its attack's margin, pooled and per author: passes iff ≤ 1."""
+        return max([self.pooled.band_ratio] + [v.band_ratio for v in self.authors.values()])
 
     @property
     def passed(self) -> bool:
@@ -238,9 +275,9 @@ class HoldoutVerdict:
 
     @property
     def worst(self) -> tuple[str, AttackInterval]:
-        """(scope, interval) of the largest band over its margin."""
-        scored = [("pooled", self.pooled.worst, self.pooled.band / self.pooled.delta)]
-        scored += [(f"author {a}", v.worst, v.band / v.delta) for a, v in self.authors.items()]
+        """(scope, interval) of the largest reach over its margin."""
+        scored = [("pooled", self.pooled.worst, self.pooled.band_ratio)]
+        scored += [(f"author {a}", v.worst, v.band_ratio) for a, v in self.authors.items()]
         scope, interval, _ = max(scored, key=lambda t: t[2])
         return scope, interval
 
@@ -248,6 +285,11 @@ class HoldoutVerdict:
         """Failed, and every failing interval says the forget items still look trained on."""
         failing = self.failing()
         return bool(failing) and all(iv.side() == "remembers" for _, iv in failing)
+
+    def restricted(self, attacks) -> "HoldoutVerdict":
+        """The verdict on a subset of its attacks."""
+        return HoldoutVerdict(self.pooled.restricted(attacks),
+                              {a: v.restricted(attacks) for a, v in self.authors.items()})
 
     def as_dict(self) -> dict:
         scope, iv = self.worst
@@ -259,12 +301,15 @@ class HoldoutVerdict:
         out.update(self.pooled.scalars(prefix))
         if self.authors:
             out[f"{prefix}author_band"] = max(v.band for v in self.authors.values())
-            out[f"{prefix}author_delta"] = next(iter(self.authors.values())).delta
+            out[f"{prefix}author_band_ratio"] = max(v.band_ratio for v in self.authors.values())
+            first = next(iter(self.authors.values()))
+            if not isinstance(first.delta, Mapping):
+                out[f"{prefix}author_delta"] = float(first.delta)
         return out
 
 
 def holdout_verdict(forget: Mapping[str, Sequence[float]], holdout: Mapping[str, Sequence[float]],
-                    forget_groups: Sequence, holdout_groups: Sequence, delta: float, delta_author: float,
+                    forget_groups: Sequence, holdout_groups: Sequence, delta: Margin, delta_author: Margin,
                     alpha: float = 0.05, n_boot: int = 2000, seed: int = 0) -> HoldoutVerdict:
     """The pooled equivalence test and one per forget author (see HoldoutVerdict)."""
     pooled = equivalence_verdict(forget, holdout, forget_groups, holdout_groups, delta, alpha, n_boot, seed)

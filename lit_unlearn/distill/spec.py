@@ -1,0 +1,57 @@
+"""What the distillation stage does, fixed in a config (configs/distill/*.yaml) and stated in its report."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from lit_unlearn.errors import UserError, did_you_mean
+
+__all__ = ["DistillSpec", "load_distill_spec"]
+
+
+@dataclass
+class DistillSpec:
+    alpha: float = 0.8                  # θ ← (1 − α)·θ + α·target, once, before distilling
+    beta: float = 0.1                   # the noise's scale (init "noise")
+    init: str = "noise"                 # "noise" (UNDO) or "base" (toward the model the target was fine-tuned from)
+    epochs: float = 2.0                 # over the distillation data (retain + general knowledge)
+    lr: float = 1.5e-3
+    lr_schedule: str = "cosine"
+    warmup_fraction: float = 0.05
+    batch_size: int = 8
+    temperature: float = 1.0
+    targets: str = "soft"               # "soft" (forward KL) or "hard" (the teacher's argmax)
+    positions: str = "all"              # "all" tokens or the "answer" tokens
+    label_weight: float = 0.0           # mixed with the items' own answer NLL
+    knowledge_repeat: int = 2           # the general-knowledge sets' items per epoch, as the world's fine-tunes
+    finetune_epochs: int = 8            # the retain-only fine-tune compared with (the world's recipe)
+    seed: int = 0
+    verdict: bool = True                # the full verdict on the student when distilling ends
+    splits: list[str] = field(default_factory=lambda: ["real_authors", "world_facts"])  # besides the retain split
+
+    def __post_init__(self) -> None:
+        if not self.epochs > 0 or not self.lr > 0 or self.batch_size < 1:
+            raise UserError("distill: epochs, lr and batch_size must be positive")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def load_distill_spec(path: str | Path | None) -> DistillSpec:
+    """The distillation config (YAML mapping of DistillSpec fields); None: the defaults."""
+    if path is None:
+        return DistillSpec()
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"distill config {path} not found")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a distill config is a mapping of DistillSpec fields")
+    known = [f.name for f in fields(DistillSpec)]
+    for key in data:
+        if key not in known:
+            raise UserError(f"{path}: unknown key {key!r}{did_you_mean(key, known)}; known: {', '.join(known)}")
+    return DistillSpec(**data)

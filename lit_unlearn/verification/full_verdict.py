@@ -1,0 +1,371 @@
+"""The full reference-free verdict: "forgotten" means the forget items cannot be told from unseen items of the same
+kind, by any attack, before an attack on the weights, after relearning, and after 4-bit quantisation.
+
+Three parts, each the equivalence test of lit_unlearn.verification.holdout_equivalence on one half of the items:
+- before: the model as it is;
+- relearning: a copy fine-tuned on some forget authors of the half (lit_unlearn.verification.relearning_probe), the
+  others measured; at every learning rate of `relearn_lrs` and every step count of `relearn_steps`, the worst
+  counts (UNDO's protocol takes the attacker's best case);
+- quantisation: round-to-nearest weights at `quant_bits` bits (lit_unlearn.algorithms.quantize).
+Every condition has its own margins, calibrated on models that never saw the forget authors under that same
+condition (a never-trained model also learns a little from relearning on a neighbour), per attack.
+
+Difficulty calibration (`mode="relative"`, Watson et al., ICLR 2022): each item's score is taken relative to the
+model the target was fine-tuned from (the base; Llama-2-7b-chat for a 7B user): score_model − score_base, for every
+attack and feature. Item difficulty and author style, which separate forget from holdout authors in any model, cancel;
+what is left is what fine-tuning changed. `mode="raw"` scores the model alone.
+
+The learned attack (lit_unlearn.verification.learned_attack) is fitted per condition, on the items that condition
+measures. A method declares the statistics its objective reads (lit_unlearn.metrics.membership_attacks); the verdict
+is given on all attacks, and apart on the attacks the method does not read.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from lit_unlearn.metrics.membership_attacks import ATTACKS, unread_attacks
+from lit_unlearn.verification.holdout_equivalence import HoldoutVerdict, holdout_verdict
+from lit_unlearn.verification.learned_attack import LEARNED_INPUTS, learned_attack_scores
+
+__all__ = ["VerdictSpec", "HalfItems", "FullVerdict", "PARTS", "part_of", "relearn_condition", "quant_condition",
+           "pick_scores", "condition_verdict", "attack_bands", "self_margins", "score_conditions", "judge",
+           "Scored", "MODES", "SELF_MIN_AUTHORS"]
+
+PARTS = ("before", "relearning", "quantisation")
+MODES = ("relative", "raw")
+SELF_MIN_AUTHORS = 4  # holdout authors a half needs to give its own null: two a side
+
+
+def relearn_condition(lr: float, steps: int) -> str:
+    return f"relearn lr={lr:g} steps={steps}"
+
+
+def quant_condition(bits: int) -> str:
+    return f"int{bits}"
+
+
+def part_of(condition: str) -> str:
+    if condition == "none":
+        return "before"
+    return "relearning" if condition.startswith("relearn") else "quantisation"
+
+
+@dataclass(frozen=True)
+class VerdictSpec:
+    relearn_lrs: tuple[float, ...] = (1e-5, 1e-4, 5e-4, 1e-3)
+    relearn_steps: tuple[int, ...] = (10, 100)
+    relearn_batch_size: int = 8
+    relearn_share: float = 0.5          # of the half's forget authors, relearned (the first ones); the rest measured
+    quant_bits: int = 4
+    quant_group_size: int = 128
+    alpha: float = 0.05
+    n_boot: int = 2000
+    seed: int = 0
+    learned_folds: int = 5
+    learned_repeats: int = 5
+    self_splits: int = 8                # random halvings of the holdout authors for a model's own null
+
+    def conditions(self) -> list[str]:
+        return ["none", *(relearn_condition(lr, s) for lr in self.relearn_lrs for s in sorted(self.relearn_steps)),
+                quant_condition(self.quant_bits)]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class HalfItems:
+    """One half's forget and holdout items and their authors; relearning trains on `relearn` (forget indices) and
+    measures `measured`."""
+    forget: list[dict]
+    holdout: list[dict]
+    forget_groups: list
+    holdout_groups: list
+    relearn: list[int]
+    measured: list[int]
+
+
+def pick_scores(mia: Mapping[str, Sequence[float]], base: Mapping[str, Sequence[float]] | None, side: str,
+                names: Sequence[str], rows: Sequence[int] | None = None) -> dict[str, list[float]]:
+    """{name: per-item scores} of one side (`{side}_{name}` keys of a scorer's output), at item positions `rows`
+    (all by default), each minus the base model's score of the same item where `base` is given."""
+    out = {}
+    for name in names:
+        key = f"{side}_{name}"
+        if key not in mia or (base is not None and key not in base):
+            continue
+        values = list(mia[key])
+        idx = range(len(values)) if rows is None else rows
+        if base is None:
+            out[name] = [float(values[i]) for i in idx]
+        else:
+            out[name] = [float(values[i]) - float(base[key][i]) for i in idx]
+    return out
+
+
+def _with_learned(forget: dict, holdout: dict, fg, hg, attacks, spec: VerdictSpec, notes: list[str]):
+    """The attacks' scores, the learned attack's added when asked for."""
+    f = {a: forget[a] for a in attacks if a in forget}
+    h = {a: holdout[a] for a in attacks if a in holdout}
+    if "learned" in attacks:
+        f["learned"], h["learned"], kind = learned_attack_scores(forget, holdout, fg, hg, spec.learned_folds,
+                                                                 spec.learned_repeats, spec.seed)
+        if kind == "item":
+            notes.append("learned attack: fewer than 2 authors on a side, so its folds split items within "
+                         "authors (it may learn an author's style; its margin is calibrated under the same split)")
+    return f, h
+
+
+def condition_verdict(forget: dict, holdout: dict, forget_groups, holdout_groups, attacks: Sequence[str],
+                      margins: tuple[Mapping[str, float], Mapping[str, float]], spec: VerdictSpec
+                      ) -> tuple[HoldoutVerdict, list[str]]:
+    """The verdict of one condition from both sides' per-item scores and features (relative or raw)."""
+    notes: list[str] = []
+    f, h = _with_learned(forget, holdout, forget_groups, holdout_groups, attacks, spec, notes)
+    missing = [a for a in attacks if a not in f]
+    if missing:
+        notes.append(f"not scored: {', '.join(missing)}")
+    verdict = holdout_verdict(f, h, forget_groups, holdout_groups, {a: margins[0][a] for a in f},
+                              {a: margins[1][a] for a in f}, spec.alpha, spec.n_boot, spec.seed)
+    return verdict, notes
+
+
+def attack_bands(verdict: HoldoutVerdict) -> dict[str, tuple[float, float]]:
+    """{attack: (pooled reach, the largest per-author reach)}: how far each attack's intervals reach from 0.5, the
+    numbers a calibration takes the largest of."""
+    return {a: (iv.deviation(), max((v.intervals[a].deviation() for v in verdict.authors.values()), default=0.0))
+            for a, iv in verdict.pooled.intervals.items()}
+
+
+def _round_up(x: float) -> float:
+    return min(0.5, math.ceil(round(x, 9) * 100) / 100)
+
+
+def self_margins(holdout: Mapping[str, Sequence[float]], groups: Sequence, attacks: Sequence[str],
+                 spec: VerdictSpec) -> tuple[dict[str, float], dict[str, float]]:
+    """A model's own null on this data: the holdout authors split at random into two sets (`self_splits` times),
+    one standing for the forget side, and each attack's reach pooled and per author, the largest over the splits,
+    rounded up to 0.01. Needs SELF_MIN_AUTHORS holdout authors."""
+    import numpy as np
+
+    from lit_unlearn.errors import UserError
+
+    authors = list(dict.fromkeys(groups))
+    if len(authors) < SELF_MIN_AUTHORS:
+        raise UserError(f"a band from the model's own holdout items needs at least {SELF_MIN_AUTHORS} holdout "
+                        f"authors per half ({2 * SELF_MIN_AUTHORS} in all); this half has {len(authors)}: give a "
+                        "larger holdout split, or use the calibrated margins")
+    rng = np.random.default_rng(spec.seed)
+    pooled = {a: 0.0 for a in attacks}
+    author = {a: 0.0 for a in attacks}
+    for _ in range(spec.self_splits):
+        order = rng.permutation(len(authors))
+        side = {authors[j]: ("f" if r < len(authors) // 2 else "h") for r, j in enumerate(order)}
+        idx = {s: [i for i, g in enumerate(groups) if side[g] == s] for s in ("f", "h")}
+        f = {k: [v[i] for i in idx["f"]] for k, v in holdout.items()}
+        h = {k: [v[i] for i in idx["h"]] for k, v in holdout.items()}
+        fg, hg = [groups[i] for i in idx["f"]], [groups[i] for i in idx["h"]]
+        verdict, _ = condition_verdict(f, h, fg, hg, attacks, ({a: 0.5 for a in ATTACKS},) * 2, spec)
+        for a, (p, w) in attack_bands(verdict).items():
+            pooled[a], author[a] = max(pooled[a], p), max(author[a], w)
+    return {a: _round_up(v) for a, v in pooled.items()}, {a: _round_up(v) for a, v in author.items()}
+
+
+@dataclass
+class FullVerdict:
+    verdicts: dict[str, HoldoutVerdict]        # condition -> the verdict on every attack
+    reads: frozenset[str]                       # the statistics the method's objective reads
+    mode: str
+    margins: str                                # "calibrated", "self" or "given"
+    notes: list[str] = field(default_factory=list)
+    measures: dict[str, dict] = field(default_factory=dict)  # condition -> extra numbers (forget NLL, items)
+
+    @property
+    def attacks(self) -> list[str]:
+        return list(self.verdicts["none"].pooled.intervals)
+
+    @property
+    def unread(self) -> list[str]:
+        return unread_attacks(self.attacks, self.reads)
+
+    def _worst(self, conditions, attacks=None) -> dict | None:
+        best = None
+        for c in conditions:
+            v = self.verdicts[c] if attacks is None else self.verdicts[c].restricted(attacks)
+            scope, iv = v.worst
+            if best is None or v.band_ratio > best["band_ratio"]:
+                best = {"condition": c, "band_ratio": v.band_ratio, "scope": scope, "attack": iv.attack,
+                        "auc": iv.auc, "low": iv.low, "high": iv.high, "side": iv.side()}
+        return best
+
+    def part(self, name: str, attacks=None) -> dict | None:
+        """The worst condition of a part (its band ratio, scope, attack), or None where the part was not run."""
+        conditions = [c for c in self.verdicts if part_of(c) == name]
+        if not conditions or (attacks is not None and not attacks):
+            return None
+        return self._worst(conditions, attacks)
+
+    @property
+    def band_ratio(self) -> float:
+        return max(v.band_ratio for v in self.verdicts.values())
+
+    @property
+    def passed(self) -> bool:
+        return self.band_ratio <= 1.0
+
+    @property
+    def worst(self) -> dict:
+        return self._worst(list(self.verdicts))
+
+    def unread_band_ratio(self) -> float | None:
+        unread = self.unread
+        return None if not unread else max(v.restricted(unread).band_ratio for v in self.verdicts.values())
+
+    def headline(self) -> str:
+        """One line: FORGOTTEN, or what recovers the forget set (condition, scope and attack)."""
+        w = self.worst
+        if self.passed:
+            return f"FORGOTTEN: every attack inside its band in every condition (band ratio {self.band_ratio:.3f})"
+        how = "still look trained on" if w["side"] == "remembers" else "look less familiar than unseen items"
+        return (f"NOT FORGOTTEN: {w['attack']} ({w['scope']}) under {w['condition']}: AUC {w['auc']:.3f} "
+                f"[{w['low']:.3f}, {w['high']:.3f}], band ratio {w['band_ratio']:.3f}; the forget items {how}")
+
+    def as_dict(self) -> dict:
+        parts = {p: self.part(p) for p in PARTS}
+        unread = self.unread
+        return {"passed": self.passed, "band_ratio": self.band_ratio, "headline": self.headline(),
+                "worst": self.worst, "mode": self.mode, "margins": self.margins, "reads": sorted(self.reads),
+                "attacks": self.attacks, "unread_attacks": unread,
+                "parts": {p: (None if v is None else {**v, "passed": v["band_ratio"] <= 1.0})
+                          for p, v in parts.items()},
+                "unread_parts": {p: (None if (v := self.part(p, unread)) is None else
+                                     {**v, "passed": v["band_ratio"] <= 1.0}) for p in PARTS},
+                "unread_band_ratio": self.unread_band_ratio(),
+                "conditions": {c: v.as_dict() for c, v in self.verdicts.items()},
+                "measures": self.measures, "notes": self.notes}
+
+    def scalars(self, prefix: str = "verify/full/") -> dict[str, float]:
+        out = {f"{prefix}band_ratio": self.band_ratio, f"{prefix}passed": float(self.passed)}
+        for p in PARTS:
+            w = self.part(p)
+            if w is not None:
+                out[f"{prefix}{p}_band_ratio"] = w["band_ratio"]
+        unread = self.unread_band_ratio()
+        if unread is not None:
+            out[f"{prefix}unread_band_ratio"] = unread
+        return out
+
+    def table(self) -> str:
+        """Markdown: one row per condition (all attacks and unread attacks), then the parts."""
+        unread = self.unread
+        rows = ["| condition | band ratio (all attacks) | worst | AUC [interval] | band ratio (attacks the method "
+                "does not read) |", "|---|---|---|---|---|"]
+        for c, v in self.verdicts.items():
+            scope, iv = v.worst
+            u = f"{v.restricted(unread).band_ratio:.3f}" if unread else "n/a"
+            rows.append(f"| {c} | {v.band_ratio:.3f} | {scope}: {iv.attack} | {iv.auc:.3f} [{iv.low:.3f}, "
+                        f"{iv.high:.3f}] | {u} |")
+        parts = []
+        for p in PARTS:
+            w, wu = self.part(p), self.part(p, unread)
+            if w is None:
+                continue
+            parts.append(f"- {p}: {'passes' if w['band_ratio'] <= 1 else 'FAILS'} (band ratio {w['band_ratio']:.3f}, "
+                         f"worst {w['attack']} under {w['condition']})"
+                         + ("" if wu is None else f"; on unread attacks {wu['band_ratio']:.3f}"))
+        reads = ", ".join(sorted(self.reads)) or "none declared"
+        return "\n".join([f"### {self.headline()}", "",
+                          f"Attacks: {', '.join(self.attacks)} ({self.mode} to the base model; margins "
+                          f"{self.margins}). The method's objective reads: {reads}; attacks it does not read: "
+                          f"{', '.join(unread) or 'none'}.", "", *rows, "", *parts,
+                          *[f"- {n}" for n in dict.fromkeys(self.notes)]])
+
+
+Scorer = Callable[[Any, list[dict], list[dict]], Mapping[str, Sequence[float]]]
+
+
+@dataclass
+class Scored:
+    """One condition's scorer output and the forget items (indices into the half's forget items) it scored."""
+    mia: Mapping[str, Sequence[float]]
+    forget_idx: list[int]
+
+
+def score_conditions(network, half: HalfItems, scorer: Scorer, spec: VerdictSpec, relearn: Callable | None = None,
+                     conditions: Sequence[str] | None = None) -> dict[str, Scored]:
+    """Score the half under every condition: the model as it is, quantised, and relearned.
+
+    scorer(network, forget_rows, holdout_rows) -> {"{side}_{attack or feature}": per-item scores};
+    relearn(network, rows, lr, steps) -> iterator of (steps, relearned model) (relearning_probe.relearned with the
+    data's formatter bound). Scores are what a model gives, raw; `judge` makes them relative and decides."""
+    import torch
+
+    from lit_unlearn.algorithms.quantize import quantize_model
+
+    conditions = list(conditions or spec.conditions())
+    out: dict[str, Scored] = {}
+    everything = list(range(len(half.forget)))
+    if "none" in conditions:
+        out["none"] = Scored(scorer(network, half.forget, half.holdout), everything)
+    quant = [c for c in conditions if part_of(c) == "quantisation"]
+    if quant:
+        quantized = copy.deepcopy(network)
+        with torch.no_grad():
+            quantize_model(quantized, spec.quant_bits, spec.quant_group_size)
+        out[quant[0]] = Scored(scorer(quantized.eval(), half.forget, half.holdout), everything)
+        del quantized
+    wanted = [c for c in conditions if part_of(c) == "relearning"]
+    if wanted:
+        if relearn is None:
+            raise ValueError("relearning conditions need `relearn`")
+        train_rows = [half.forget[i] for i in half.relearn]
+        measured_rows = [half.forget[i] for i in half.measured]
+        for lr in spec.relearn_lrs:
+            steps = [s for s in spec.relearn_steps if relearn_condition(lr, s) in wanted]
+            for n, model in (relearn(network, train_rows, lr, steps) if steps else ()):
+                out[relearn_condition(lr, n)] = Scored(scorer(model, measured_rows, half.holdout), list(half.measured))
+    return {c: out[c] for c in conditions if c in out}
+
+
+def judge(scored: Mapping[str, Scored], half: HalfItems, attacks: Sequence[str], margins_for: Callable[[str], Any],
+          spec: VerdictSpec, base_scores: Mapping[str, Sequence[float]] | None = None, reads=frozenset(),
+          margin_label: str = "calibrated") -> FullVerdict:
+    """The full verdict from scored conditions. margins_for(condition) -> (pooled margins, per-author margins) by
+    attack, or "self" for the model's own null (self_margins on that condition's holdout scores); base_scores: the
+    base model's scorer output on the half's items (relative mode), None for raw."""
+    attacks = list(attacks)
+    names = list(dict.fromkeys([*attacks, *LEARNED_INPUTS]))
+    notes: list[str] = []
+    verdicts: dict[str, HoldoutVerdict] = {}
+    measures: dict[str, dict] = {}
+    for condition, s in scored.items():
+        f = pick_scores(s.mia, None, "forget", names)  # the scorer's forget items are s.forget_idx, in order
+        if base_scores is not None:
+            base_f = pick_scores(base_scores, None, "forget", names, s.forget_idx)
+            f = {k: [a - b for a, b in zip(v, base_f[k])] for k, v in f.items() if k in base_f}
+        h = pick_scores(s.mia, base_scores, "holdout", names)
+        fg = [half.forget_groups[i] for i in s.forget_idx]
+        margins = margins_for(condition)
+        if isinstance(margins, str) and margins == "self":
+            margins = self_margins(h, half.holdout_groups, attacks, spec)
+        verdict, more = condition_verdict(f, h, fg, half.holdout_groups, attacks, margins, spec)
+        verdicts[condition] = verdict
+        notes.extend(more)
+        nll = s.mia["forget_loss"]
+        measures[condition] = {"forget_items": len(fg), "holdout_items": len(half.holdout_groups),
+                               "forget_nll": sum(nll) / len(nll),
+                               "holdout_nll": sum(s.mia["holdout_loss"]) / len(s.mia["holdout_loss"])}
+    relearned = [c for c in scored if part_of(c) == "relearning"]
+    if relearned:
+        notes.append(f"relearning: trained on {len(half.relearn)} forget items of author(s) "
+                     f"{', '.join(map(str, dict.fromkeys(half.forget_groups[i] for i in half.relearn)))}, measured on "
+                     f"{len(half.measured)} items of the others; AdamW, batch {spec.relearn_batch_size}, lr "
+                     f"{', '.join(f'{lr:g}' for lr in spec.relearn_lrs)}, "
+                     f"{' and '.join(str(s) for s in sorted(spec.relearn_steps))} steps; the worst counts")
+    return FullVerdict(verdicts, frozenset(reads), "relative" if base_scores is not None else "raw", margin_label,
+                       notes, measures)
