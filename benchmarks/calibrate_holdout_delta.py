@@ -36,6 +36,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from lit_unlearn.verification.holdout_calibration import margin_key  # noqa: E402
+
 MODELS = ("retain_only", "target")
 CASE_VERSION = 1
 
@@ -85,7 +88,8 @@ def score_case(worlds: str, seed: int, level: str, model: str) -> None:
     from lit_unlearn.data import TofuSource
     from lit_unlearn.data.tokenizer import load_tokenizer
     from lit_unlearn.models import CausalLM
-    from lit_unlearn.verification.full_verdict import MODES, attack_bands, self_margins
+    from lit_unlearn.verification.full_verdict import attack_bands, pick_scores, self_margins
+    from lit_unlearn.verification.learned_attack import LEARNED_INPUTS
     from lit_unlearn.verification.verdict_runner import VerdictRunner
     from lit_unlearn.worlds.tofu_world import TofuWorld, TofuWorldRecipe, world_folder
 
@@ -101,7 +105,7 @@ def score_case(worlds: str, seed: int, level: str, model: str) -> None:
         items = runner.items[half]
         row = {"forget_groups": [str(g) for g in items.forget_groups],
                "holdout_groups": [str(g) for g in items.holdout_groups], "conditions": {}}
-        for mode in MODES:
+        for mode in ("relative", "raw"):
             verdict = runner.judge(scored, half, mode=mode)
             for condition, v in verdict.verdicts.items():
                 entry = row["conditions"].setdefault(condition, {})
@@ -111,8 +115,6 @@ def score_case(worlds: str, seed: int, level: str, model: str) -> None:
                                "authors": authors, "auc": {a: iv.auc for a, iv in v.pooled.intervals.items()},
                                "bands": attack_bands(v)}
                 if condition == "none":  # per-item scores: the power simulation's author effects
-                    from lit_unlearn.verification.full_verdict import pick_scores
-
                     base = runner.base_scores(half) if mode == "relative" else None
                     s = scored[condition]
                     entry[mode]["items"] = {
@@ -121,9 +123,6 @@ def score_case(worlds: str, seed: int, level: str, model: str) -> None:
                         "holdout": pick_scores(s.mia, base, "holdout", [a for a in runner.attacks if a != "learned"])}
             if mode == "relative" and len(set(items.holdout_groups)) >= 4:
                 for condition, s in scored.items():
-                    from lit_unlearn.verification.full_verdict import pick_scores
-                    from lit_unlearn.verification.learned_attack import LEARNED_INPUTS
-
                     names = list(dict.fromkeys([*runner.attacks, *LEARNED_INPUTS]))
                     h = pick_scores(s.mia, runner.base_scores(half), "holdout", names)
                     pooled, author = self_margins(h, items.holdout_groups, runner.attacks, runner.spec)
@@ -148,19 +147,57 @@ def _round_up(x: float) -> float:
     return min(0.5, math.ceil(round(x, 9) * 100) / 100)
 
 
-def margins_from(cases: list[dict], level: str) -> dict:
-    """{mode: {condition: {attack: [pooled, author]}}}: the largest reach over the cases (both halves each)."""
+def margins_from(cases: list[dict], level: str, inflation: float = 1.0) -> dict:
+    """{mode: {condition or "relearning": {attack: [pooled, author]}}}: the largest reach over the cases (both halves
+    each; every relearning condition into one), times `inflation`, rounded up to 0.01, at most 0.5; "best" takes per
+    condition and attack the tighter mode."""
     out: dict = {}
     for case in cases:
         for half in case["halves"].values():
             for condition, modes in half["conditions"].items():
                 for mode, entry in modes.items():
-                    slot = out.setdefault(mode, {}).setdefault(condition, {})
+                    if mode not in ("relative", "raw"):
+                        continue
+                    slot = out.setdefault(mode, {}).setdefault(margin_key(condition), {})
                     for attack, (pooled, author) in entry["bands"].items():
                         old = slot.get(attack, [0.0, 0.0])
                         slot[attack] = [max(old[0], pooled), max(old[1], author)]
-    return {m: {c: {a: [_round_up(p), _round_up(w)] for a, (p, w) in att.items()} for c, att in conds.items()}
-            for m, conds in out.items()}
+    from lit_unlearn.verification.holdout_calibration import best_modes
+
+    k = inflation
+    margins = {m: {c: {a: [_round_up(k * p), _round_up(k * w)] for a, (p, w) in att.items()}
+                   for c, att in conds.items()} for m, conds in out.items()}
+    margins["best"] = best_modes(margins["relative"], margins["raw"])
+    return margins
+
+
+def leave_one_out(cases: list[dict], level: str, inflation: float, mode: str = "best") -> tuple[int, int]:
+    """(halves passing the full verdict, halves) when each calibration world is judged with margins from the others
+    (times `inflation`): how often a world the margins never saw passes, estimated on the calibration worlds."""
+    passes = total = 0
+    for i, case in enumerate(cases):
+        m = margins_from(cases[:i] + cases[i + 1:], level, inflation)
+        for half in case["halves"].values():
+            passes += case_ratios(half, mode, m[mode], m["best"])["full"] <= 1.0
+            total += 1
+    return passes, total
+
+
+INFLATIONS = [round(1 + 0.05 * i, 2) for i in range(21)]  # 1.00 ... 2.00
+
+
+def inflation_for(cases: list[dict], level: str, goal: float = 0.9) -> tuple[float, list]:
+    """The smallest common inflation of the largest reaches at which the calibration worlds, each left out in turn,
+    pass the full verdict at least `goal` of the time ("best" scoring), and the curve (inflation, passes, total).
+    Every attack and condition is one more way for a never-trained model to fail: the largest reach of each alone
+    holds each alone, not all of them at once."""
+    curve = []
+    for k in INFLATIONS:
+        passes, total = leave_one_out(cases, level, k)
+        curve.append((k, passes, total))
+        if passes >= goal * total:
+            return k, curve
+    return INFLATIONS[-1], curve
 
 
 def part_of(condition: str) -> str:
@@ -180,18 +217,25 @@ def band_ratio(entry: dict, margins: dict, attacks=None) -> float:
     return max(ratios)
 
 
-def case_ratios(half: dict, mode: str, margins: dict | None) -> dict[str, float]:
-    """Per part, the band ratio of one half of one case (margins None: the model's own)."""
+def best_entry(modes: dict, chosen: dict) -> dict:
+    """A condition's reaches with each attack taken in its chosen mode ({attack: [pooled, author, mode]})."""
+    return {"pooled": {a: modes[m[2]]["pooled"][a] for a, m in chosen.items()},
+            "authors": {a: modes[m[2]]["authors"][a] for a, m in chosen.items()}}
+
+
+def case_ratios(half: dict, mode: str, margins: dict | None, best: dict | None = None) -> dict[str, float]:
+    """Per part, the band ratio of one half of one case (margins None: the model's own; mode "best": each attack in
+    the mode `best` chose for it)."""
     out: dict[str, float] = {}
     for condition, modes in half["conditions"].items():
-        entry = modes[mode]
+        entry = best_entry(modes, best[margin_key(condition)]) if mode == "best" else modes[mode]
         if margins is None:
             own = entry.get("self_margins")
             if own is None:
                 return {}
             m = {a: [own["pooled"][a], own["author"][a]] for a in own["pooled"]}
         else:
-            m = margins[condition]
+            m = margins[margin_key(condition)]
         r = band_ratio(entry, m)
         part = part_of(condition)
         out[part] = max(out.get(part, 0.0), r)
@@ -199,19 +243,19 @@ def case_ratios(half: dict, mode: str, margins: dict | None) -> dict[str, float]
     return out
 
 
-def pass_rates(cases: list[dict], mode: str, margins: dict | None) -> dict[str, list[int]]:
+def pass_rates(cases: list[dict], mode: str, margins: dict | None, best: dict | None = None) -> dict[str, list[int]]:
     """{part: [passes, cases]} over the (case, half) pairs."""
     out: dict[str, list[int]] = {}
     for case in cases:
         for half in case["halves"].values():
-            for part, r in case_ratios(half, mode, margins).items():
+            for part, r in case_ratios(half, mode, margins, best).items():
                 slot = out.setdefault(part, [0, 0])
                 slot[0] += r <= 1.0
                 slot[1] += 1
     return out
 
 
-def author_share(cases: list[dict], attack: str) -> float:
+def author_share(cases: list[dict], attack: str, mode: str = "relative") -> float:
     """The share of an attack's per-item variance (relative scores, the model as it is) that lies between authors:
     one-way ANOVA's estimate, averaged over the cases' sides and halves, clipped to [0, 0.95]."""
     import numpy as np
@@ -219,7 +263,7 @@ def author_share(cases: list[dict], attack: str) -> float:
     shares = []
     for case in cases:
         for half in case["halves"].values():
-            entry = half["conditions"]["none"]["relative"]
+            entry = half["conditions"]["none"][mode]
             for side, groups in (("forget", half["forget_groups"]), ("holdout", half["holdout_groups"])):
                 values = entry["items"][side].get(attack)
                 if values is None or len(set(groups)) < 2:
@@ -262,27 +306,28 @@ def simulated_fail_rate(true_auc: float, share: float, fg: list, hg: list, margi
 
 def power_table(cases: list[dict], margins: dict, fg: list, hg: list, attacks: list[str], sims: int,
                 seed: int = 0) -> dict:
-    """Per attack: the smallest true AUC (to 0.01, by bisection on [0.5, 1]) where the verdict fails ≥ 80 % of the
+    """Per attack: the smallest true AUC (to 0.02, by bisection on [0.5, 1]) where the verdict fails ≥ 80 % of the
     time, and the pass rate at AUC 0.5; learned uses the author share of the loss (its own inputs' structure)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     out = {}
     for attack in attacks:
-        share = author_share(cases, attack if attack != "learned" else "loss")
-        margin = tuple(margins["relative"]["none"][attack])
+        pooled, author, mode = margins["best"]["none"][attack]
+        share = author_share(cases, attack if attack != "learned" else "loss", mode)
+        margin = (pooled, author)
         null_pass = 1 - simulated_fail_rate(0.5, share, fg, hg, margin, sims, 500, rng)
         lo, hi = 0.5, 1.0 - 1e-6
         if simulated_fail_rate(hi, share, fg, hg, margin, sims, 500, rng) < 0.8:
-            out[attack] = {"author_share": share, "auc_80": None, "null_pass": null_pass}
+            out[attack] = {"author_share": share, "auc_80": None, "null_pass": null_pass, "mode": mode}
             continue
-        while hi - lo > 0.01:
+        while hi - lo > 0.02:
             mid = (lo + hi) / 2
             if simulated_fail_rate(mid, share, fg, hg, margin, sims, 500, rng) >= 0.8:
                 hi = mid
             else:
                 lo = mid
-        out[attack] = {"author_share": share, "auc_80": hi, "null_pass": null_pass}
+        out[attack] = {"author_share": share, "auc_80": hi, "null_pass": null_pass, "mode": mode}
     return out
 
 
@@ -293,7 +338,7 @@ def main() -> None:
     ap.add_argument("--test-seeds", default="0,1,2,3,4,5")
     ap.add_argument("--levels", default="01,05,10")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--sims", type=int, default=100, help="simulated data sets per power evaluation")
+    ap.add_argument("--sims", type=int, default=60, help="simulated data sets per power evaluation")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--case", nargs=4, metavar=("WORLDS", "SEED", "LEVEL", "MODEL"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -304,9 +349,9 @@ def main() -> None:
     calibration = [int(s) for s in args.calibration_seeds.split(",")]
     test = [int(s) for s in args.test_seeds.split(",")]
     levels = args.levels.split(",")
-    build(args.worlds, calibration + test, levels, args.jobs)
     todo = [(s, lv, m) for lv in levels for s in calibration + test for m in MODELS
             if (m == "retain_only" or s in test) and load_case(args.worlds, s, lv, m) is None]
+    build(args.worlds, sorted({s for s, _, _ in todo}), levels, args.jobs)  # the worlds of the cases to score
     _run_all([[sys.executable, __file__, "--case", args.worlds, str(s), lv, m] for s, lv, m in todo], args.jobs,
              "case")
     write(args, calibration, test, levels)
@@ -319,16 +364,23 @@ def write(args, calibration: list[int], test: list[int], levels: list[str]) -> N
     result = {"version": 2, "margins": {}, "levels": {}, "calibration_seeds": calibration, "test_seeds": test,
               "command": command,
               "rule": "per level, scoring mode, condition and attack: the largest reach from 0.5 of the retain-only "
-                      "models' intervals (pooled, and per author) over calibration worlds x halves, rounded up to 0.01"}
+                      "models' intervals (pooled, and per author) over calibration worlds x halves, times one "
+                      "inflation per level (the smallest on a grid of 0.05 at which each calibration world, judged "
+                      "with the margins of the others, passes the full verdict in at least 90 % of halves), rounded "
+                      "up to 0.01, at most 0.5; the verdict's scoring takes per condition and attack the mode "
+                      "(relative to the base model, or raw) whose margins are tighter"}
     lines = []
     for level in levels:
         cal = [load_case(args.worlds, s, level, "retain_only") for s in calibration]
         tst = {m: [load_case(args.worlds, s, level, m) for s in test] for m in MODELS}
-        margins = margins_from(cal, level)
+        inflation, curve = inflation_for(cal, level)
+        margins = margins_from(cal, level, inflation)
         result["margins"][level] = margins
-        rates = {(m, mode, kind): pass_rates(tst[m], mode, margins[mode] if kind == "calibrated" else None)
-                 for m in MODELS for mode in ("relative", "raw") for kind in ("calibrated", "self")
-                 if not (mode == "raw" and kind == "self")}
+        result.setdefault("inflation", {})[level] = {"chosen": inflation, "leave_one_out": curve}
+        rates = {(m, mode, kind): pass_rates(tst[m], mode, margins[mode] if kind == "calibrated" else None,
+                                             margins["best"])
+                 for m in MODELS for mode in ("best", "relative", "raw") for kind in ("calibrated", "self")
+                 if kind == "calibrated" or mode == "relative"}
         first = tst["retain_only"][0]["halves"]["reporting"]
         attacks = list(first["conditions"]["none"]["relative"]["pooled"])
         power = power_table(cal, margins, first["forget_groups"], first["holdout_groups"], attacks, args.sims)
@@ -337,7 +389,7 @@ def write(args, calibration: list[int], test: list[int], levels: list[str]) -> N
                                    "calibration_cases": [{"seed": c["seed"], "halves": c["halves"]} for c in cal],
                                    "test_cases": {m: [{"seed": c["seed"], "halves": c["halves"]} for c in tst[m]]
                                                   for m in MODELS}}
-        lines += _level_tables(level, margins, rates, power, attacks, cal, PARTS)
+        lines += _level_tables(level, margins, rates, power, attacks, cal, PARTS, inflation, curve)
     text = "\n".join(lines)
     print(text)
     if args.write:
@@ -356,42 +408,47 @@ def write(args, calibration: list[int], test: list[int], levels: list[str]) -> N
 
 
 def _level_tables(level: str, margins: dict, rates: dict, power: dict, attacks: list[str], cal: list[dict],
-                  parts) -> list[str]:
+                  parts, inflation: float, curve: list) -> list[str]:
     fmt = lambda r: f"{r[0]}/{r[1]}" if r else "n/a"  # noqa: E731
     lines = [f"## forget{level}", "",
-             "Margins of the model as it is (none), pooled / per author, by attack: relative to the base, and raw. "
-             "The classic five are the first verification's attacks; its single δ was the largest over them.", "",
-             "| attack | relative | raw |", "|---|---|---|"]
+             f"Inflation of the largest calibration reaches: **{inflation:.2f}** (leave one calibration world out, the "
+             "full verdict with \"best\" scoring; passing halves: " +
+             ", ".join(f"{k:.2f}: {p}/{t}" for k, p, t in curve) + "; the smallest reaching 90 % is taken).", "",
+             "Margins of the model as it is (condition none), pooled / per author, by attack: with every score "
+             "relative to the base model, raw, and the verdict's (per attack the tighter of the two, chosen on these "
+             "calibration worlds). The classic five are the first verification's attacks; its single δ was the "
+             "largest over them (0.33 / 0.46, 0.33 / 0.48, 0.30 / 0.47 at forget01, 05, 10, raw).", "",
+             "| attack | relative | raw | the verdict's |", "|---|---|---|---|"]
     for a in attacks:
-        rel, raw = margins["relative"]["none"][a], margins["raw"]["none"].get(a)
-        lines.append(f"| {a} | {rel[0]:.2f} / {rel[1]:.2f} | {raw[0]:.2f} / {raw[1]:.2f} |" if raw else
-                     f"| {a} | {rel[0]:.2f} / {rel[1]:.2f} | n/a |")
+        rel, raw, best = margins["relative"]["none"][a], margins["raw"]["none"][a], margins["best"]["none"][a]
+        lines.append(f"| {a} | {rel[0]:.2f} / {rel[1]:.2f} | {raw[0]:.2f} / {raw[1]:.2f} | {best[0]:.2f} / "
+                     f"{best[1]:.2f} ({best[2]}) |")
     classic = ["loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm"]
-    for mode in ("relative", "raw"):
-        m = margins[mode]["none"]
-        lines.append(f"| largest over the classic five ({mode}) | {max(m[a][0] for a in classic):.2f} / "
-                     f"{max(m[a][1] for a in classic):.2f} | |")
-    lines += ["", "Largest margin per condition (pooled / per author, relative; the attack that sets it):", "",
+    cells = [" / ".join(f"{max(margins[m]['none'][a][i] for a in classic):.2f}" for i in (0, 1))
+             for m in ("relative", "raw", "best")]
+    lines.append(f"| largest over the classic five | {cells[0]} | {cells[1]} | {cells[2]} |")
+    lines += ["", "The verdict's largest margin per condition (pooled / per author; the attack that sets it):", "",
               "| condition | pooled | per author |", "|---|---|---|"]
-    for condition, att in margins["relative"].items():
+    for condition, att in margins["best"].items():
         p = max(att.items(), key=lambda kv: kv[1][0])
         w = max(att.items(), key=lambda kv: kv[1][1])
         lines.append(f"| {condition} | {p[1][0]:.2f} ({p[0]}) | {w[1][1]:.2f} ({w[0]}) |")
     lines += ["", "Pass rates on the test worlds ((world, half) cases passing / cases): the full verdict and each "
-              "part, calibrated margins, and the margins each model's own holdout items give (self; two author sets "
-              "of its holdout half against each other).", "",
+              "part, with the calibrated margins of each scoring, and with the margins each model's own holdout items "
+              "give (self, relative scoring; two author sets of its holdout half against each other; needs 4 holdout "
+              "authors a half).", "",
               "| model | scoring | margins | full | " + " | ".join(parts) + " |", "|---|---|---|---|" + "---|" * len(parts)]
     for (m, mode, kind), r in rates.items():
         lines.append(f"| {m} | {mode} | {kind} | {fmt(r.get('full'))} | " + " | ".join(fmt(r.get(p)) for p in parts)
                      + " |")
-    lines += ["", "Power (relative scoring, the model as it is, the reporting half's items and authors, calibrated "
-              "margins): the smallest true AUC at which the verdict of that attack alone fails in ≥ 80 % of simulated "
+    lines += ["", "Power (the verdict's scoring and margins, the model as it is, the reporting half's items and "
+              "authors): the smallest true AUC at which the verdict of that attack alone fails in ≥ 80 % of simulated "
               "data sets (author effects of the share of variance the calibration models show), and its pass rate at "
-              "AUC 0.5.", "", "| attack | author share of variance | AUC failing ≥ 80 % | passes at 0.5 |",
-              "|---|---|---|---|"]
+              "AUC 0.5.", "", "| attack | scoring | author share of variance | AUC failing ≥ 80 % | passes at 0.5 |",
+              "|---|---|---|---|---|"]
     for a, p in power.items():
         auc80 = "never (< 80 % even at 1.0)" if p["auc_80"] is None else f"{p['auc_80']:.2f}"
-        lines.append(f"| {a} | {p['author_share']:.2f} | {auc80} | {p['null_pass']:.2f} |")
+        lines.append(f"| {a} | {p['mode']} | {p['author_share']:.2f} | {auc80} | {p['null_pass']:.2f} |")
     return lines + [""]
 
 

@@ -178,7 +178,7 @@ class HoldoutVerification(Callback):
         else:
             margins = "calibrated"
         self.runner = VerdictRunner(self._tokenizer, splits["forget"], splits["holdout"], self.level, self.spec,
-                                    mode="relative" if base else "raw", base=base, margins=margins,
+                                    mode="best" if base else "raw", base=base, margins=margins,
                                     attacks=self.attacks, split_seed=self.split_seed,
                                     items_per_author=self.items_per_author, batch_size=self.batch_size,
                                     mia_convention=self.mia_convention, gradnorm="gradnorm" in self.attacks,
@@ -249,7 +249,7 @@ class HoldoutVerification(Callback):
             self.looks += 1
             self.last = {"step": trainer.global_step, "verdict": verdict.as_dict(),
                          "full": None if full is None else full.as_dict(),
-                         "wants_more_forgetting": verdict.wants_more_forgetting(),
+                         "wants_more_forgetting": _oriented(verdict).wants_more_forgetting(),
                          "holdout_nll": sum(holdout) / len(holdout), "holdout_entropy": sum(entropy) / len(entropy)}
             values[BAND] = band
             self._log(trainer, verdict.scalars("verify/steering/"))
@@ -534,6 +534,15 @@ def _reach(iv: dict) -> float:
 def _margin(part: dict, attack: str) -> float:
     d = part["delta"]
     return d[attack] if isinstance(d, dict) else d
+
+
+def _oriented(verdict):
+    """The verdict on the attacks whose side says which way to go (a controller reads it; entropy spread does not
+    say whether an item was remembered)."""
+    from lit_unlearn.metrics.membership_attacks import ORIENTED
+
+    kept = [a for a in verdict.pooled.intervals if a in ORIENTED]
+    return verdict.restricted(kept) if kept else verdict
 
 
 def _reads(pl_module) -> frozenset[str]:

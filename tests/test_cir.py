@@ -75,7 +75,7 @@ def test_one_cir_step_equals_the_update_written_out(assets, tmp_path, monkeypatc
     dm = TofuDataModule(TofuSource(str(root / "data")), tok, retain_batch_size=6, forget_batch_size=4)
     dm.setup("fit")
     batches = iter(dm.train_dataloader())
-    (r1, f1), (r2, f2) = next(batches), next(batches)
+    (_, f1), (r2, f2) = next(batches), next(batches)
     start = copy.deepcopy(module.network)
     quick_trainer(1, limit_val_batches=0).fit(module, dm)
     after_first = copy.deepcopy(module.network)

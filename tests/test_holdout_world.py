@@ -41,8 +41,11 @@ def test_target_and_collapsed_model_fail_while_the_retain_only_model_passes_the_
     assert set(retain_only.verdicts) == set(runner.spec.conditions())
 
     target = runner.verdict(CausalLM(name_or_path=str(tofu_world.target)), "steering", conditions=["none"])
+    from lit_unlearn.metrics.membership_attacks import ORIENTED
+
     none = target.verdicts["none"]
-    assert not target.passed and none.worst[1].side() == "remembers" and none.wants_more_forgetting()
+    assert not target.passed and none.worst[1].side() == "remembers"
+    assert none.restricted(ORIENTED).wants_more_forgetting()
     assert all(iv.auc > 0.95 for a, iv in none.pooled.intervals.items() if a != "entropy_spread")
     assert "NOT FORGOTTEN" in target.headline()
 
@@ -50,7 +53,7 @@ def test_target_and_collapsed_model_fail_while_the_retain_only_model_passes_the_
     # recognisable as remembering.
     net = gradient_ascent_on_forget(tofu_world, lr=3e-3, steps=15)
     collapsed = runner.verdict(net.eval(), "steering", conditions=["none"]).verdicts["none"]
-    assert not collapsed.passed and not collapsed.wants_more_forgetting()
+    assert not collapsed.passed and not collapsed.restricted(ORIENTED).wants_more_forgetting()
     loss = collapsed.pooled.intervals["loss"]
     assert loss.side() == "over-forgotten" and loss.high < 0.2
 
@@ -111,8 +114,10 @@ def test_the_relearning_probe_never_trains_on_an_item_it_measures(tofu_world, ru
         del runner.scorer
     items = runner.items["reporting"]
     assert trained == {(items.forget[i]["question"], items.forget[i]["answer"]) for i in items.relearn}
-    assert len(measured) == 1 and len(measured[0][0]) == len(items.measured) == 10
-    forget_measured, holdout_measured = map(set, measured[0])
+    relearned = [m for m in measured if len(m[0]) < len(items.forget)]  # (the others: the base model, all items)
+    assert len(relearned) == 1 and len(relearned[0][0]) == len(items.measured) == 10
+    assert set(relearned[0][0]) == {(items.forget[i]["question"], items.forget[i]["answer"]) for i in items.measured}
+    forget_measured, holdout_measured = map(set, relearned[0])
     assert not trained & forget_measured and not trained & holdout_measured
     authors = {items.forget_groups[i] for i in items.relearn}, {items.forget_groups[i] for i in items.measured}
     assert authors[0].isdisjoint(authors[1])

@@ -101,7 +101,7 @@ def run_audit(subjects: dict, tokenizer, source, spec: AuditSpec, out: str | Pat
         raise UserError("the audit measures forget against holdout items: the data has no holdout split")
     level = getattr(source, "forget_level", None)
     runner = VerdictRunner(tokenizer, splits["forget"], splits["holdout"], level, spec.verdict_spec(),
-                           mode="relative" if reference_model is not None else "raw", base=reference_model,
+                           mode="best" if reference_model is not None else "raw", base=reference_model,
                            margins=spec.margins(), attacks=spec.attacks, split_seed=spec.split_seed,
                            template=template, device=device)
     items = runner.items["reporting"]

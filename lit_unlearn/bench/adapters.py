@@ -214,7 +214,7 @@ class TofuBenchmark(_Benchmark):
             splits = TofuSource(world.data, level).eval_splits()
             per_author = 20 if spec.data.get("kind", "world") != "generated" else int(spec.data.get("n_questions", 8))
             self._evaluators[key] = VerdictRunner(
-                world.tokenizer, splits["forget"], splits["holdout"], level, mode="relative" if world.base else "raw",
+                world.tokenizer, splits["forget"], splits["holdout"], level, mode="best" if world.base else "raw",
                 base=world.base, items_per_author=per_author, template=world.template, max_length=world.max_length)
         return self._evaluators[key]
 

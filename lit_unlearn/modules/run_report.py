@@ -60,7 +60,7 @@ class RunReport:
             table = (self.verification or {}).get("table")
             extra: dict[str, Any] = {"global_step": step, "method": type(module).__name__,
                                      "ended_on_step": step if self.ended_on_step is None else self.ended_on_step,
-                                     "notes": self.notes}
+                                     "tokens_read": module.tokens_read, "notes": self.notes}
             if self.verification is not None:
                 extra["verification"] = {k: v for k, v in self.verification.items() if k != "table"}
             path = write_results(rows, folder, extra=extra, verification=table, notes=self.notes)

@@ -37,7 +37,7 @@ __all__ = ["VerdictSpec", "HalfItems", "FullVerdict", "PARTS", "part_of", "relea
            "Scored", "MODES", "SELF_MIN_AUTHORS"]
 
 PARTS = ("before", "relearning", "quantisation")
-MODES = ("relative", "raw")
+MODES = ("best", "relative", "raw")  # best: per attack and condition, the tighter calibrated one
 SELF_MIN_AUTHORS = 4  # holdout authors a half needs to give its own null: two a side
 
 
@@ -108,12 +108,15 @@ def pick_scores(mia: Mapping[str, Sequence[float]], base: Mapping[str, Sequence[
     return out
 
 
-def _with_learned(forget: dict, holdout: dict, fg, hg, attacks, spec: VerdictSpec, notes: list[str]):
-    """The attacks' scores, the learned attack's added when asked for."""
-    f = {a: forget[a] for a in attacks if a in forget}
-    h = {a: holdout[a] for a in attacks if a in holdout}
+def _with_learned(forget: dict, holdout: dict, fg, hg, attacks, spec: VerdictSpec, notes: list[str],
+                  inputs: tuple[dict, dict] | None = None):
+    """The attacks' scores, the learned attack's added when asked for (fitted on `inputs`, the learned attack's own
+    per-item features of both sides; default: `forget` and `holdout` themselves)."""
+    f = {a: forget[a] for a in attacks if a in forget and a != "learned"}
+    h = {a: holdout[a] for a in attacks if a in holdout and a != "learned"}
     if "learned" in attacks:
-        f["learned"], h["learned"], kind = learned_attack_scores(forget, holdout, fg, hg, spec.learned_folds,
+        fi, hi = inputs or (forget, holdout)
+        f["learned"], h["learned"], kind = learned_attack_scores(fi, hi, fg, hg, spec.learned_folds,
                                                                  spec.learned_repeats, spec.seed)
         if kind == "item":
             notes.append("learned attack: fewer than 2 authors on a side, so its folds split items within "
@@ -122,11 +125,11 @@ def _with_learned(forget: dict, holdout: dict, fg, hg, attacks, spec: VerdictSpe
 
 
 def condition_verdict(forget: dict, holdout: dict, forget_groups, holdout_groups, attacks: Sequence[str],
-                      margins: tuple[Mapping[str, float], Mapping[str, float]], spec: VerdictSpec
-                      ) -> tuple[HoldoutVerdict, list[str]]:
-    """The verdict of one condition from both sides' per-item scores and features (relative or raw)."""
+                      margins: tuple[Mapping[str, float], Mapping[str, float]], spec: VerdictSpec,
+                      learned_inputs: tuple[dict, dict] | None = None) -> tuple[HoldoutVerdict, list[str]]:
+    """The verdict of one condition from both sides' per-item scores (and the learned attack's inputs)."""
     notes: list[str] = []
-    f, h = _with_learned(forget, holdout, forget_groups, holdout_groups, attacks, spec, notes)
+    f, h = _with_learned(forget, holdout, forget_groups, holdout_groups, attacks, spec, notes, learned_inputs)
     missing = [a for a in attacks if a not in f]
     if missing:
         notes.append(f"not scored: {', '.join(missing)}")
@@ -147,10 +150,12 @@ def _round_up(x: float) -> float:
 
 
 def self_margins(holdout: Mapping[str, Sequence[float]], groups: Sequence, attacks: Sequence[str],
-                 spec: VerdictSpec) -> tuple[dict[str, float], dict[str, float]]:
+                 spec: VerdictSpec, learned_inputs: Mapping[str, Sequence[float]] | None = None
+                 ) -> tuple[dict[str, float], dict[str, float]]:
     """A model's own null on this data: the holdout authors split at random into two sets (`self_splits` times),
     one standing for the forget side, and each attack's reach pooled and per author, the largest over the splits,
-    rounded up to 0.01. Needs SELF_MIN_AUTHORS holdout authors."""
+    rounded up to 0.01. `learned_inputs`: the learned attack's features of the holdout items (default: `holdout`).
+    Needs SELF_MIN_AUTHORS holdout authors."""
     import numpy as np
 
     from lit_unlearn.errors import UserError
@@ -163,14 +168,15 @@ def self_margins(holdout: Mapping[str, Sequence[float]], groups: Sequence, attac
     rng = np.random.default_rng(spec.seed)
     pooled = {a: 0.0 for a in attacks}
     author = {a: 0.0 for a in attacks}
+    inputs = holdout if learned_inputs is None else learned_inputs
     for _ in range(spec.self_splits):
         order = rng.permutation(len(authors))
         side = {authors[j]: ("f" if r < len(authors) // 2 else "h") for r, j in enumerate(order)}
         idx = {s: [i for i, g in enumerate(groups) if side[g] == s] for s in ("f", "h")}
-        f = {k: [v[i] for i in idx["f"]] for k, v in holdout.items()}
-        h = {k: [v[i] for i in idx["h"]] for k, v in holdout.items()}
+        pick = lambda d, s: {k: [v[i] for i in idx[s]] for k, v in d.items()}  # noqa: E731
         fg, hg = [groups[i] for i in idx["f"]], [groups[i] for i in idx["h"]]
-        verdict, _ = condition_verdict(f, h, fg, hg, attacks, ({a: 0.5 for a in ATTACKS},) * 2, spec)
+        verdict, _ = condition_verdict(pick(holdout, "f"), pick(holdout, "h"), fg, hg, attacks,
+                                       ({a: 0.5 for a in ATTACKS},) * 2, spec, (pick(inputs, "f"), pick(inputs, "h")))
         for a, (p, w) in attack_bands(verdict).items():
             pooled[a], author[a] = max(pooled[a], p), max(author[a], w)
     return {a: _round_up(v) for a, v in pooled.items()}, {a: _round_up(v) for a, v in author.items()}
@@ -334,28 +340,54 @@ def score_conditions(network, half: HalfItems, scorer: Scorer, spec: VerdictSpec
 
 def judge(scored: Mapping[str, Scored], half: HalfItems, attacks: Sequence[str], margins_for: Callable[[str], Any],
           spec: VerdictSpec, base_scores: Mapping[str, Sequence[float]] | None = None, reads=frozenset(),
-          margin_label: str = "calibrated") -> FullVerdict:
+          margin_label: str = "calibrated", modes_for: Callable[[str], Mapping[str, str]] | None = None
+          ) -> FullVerdict:
     """The full verdict from scored conditions. margins_for(condition) -> (pooled margins, per-author margins) by
     attack, or "self" for the model's own null (self_margins on that condition's holdout scores); base_scores: the
-    base model's scorer output on the half's items (relative mode), None for raw."""
+    base model's scorer output on the half's items; modes_for(condition) -> {attack: "relative" or "raw"} (the
+    learned attack's mode is that of all its inputs); without it every attack is relative where base_scores are
+    given, raw otherwise."""
     attacks = list(attacks)
     names = list(dict.fromkeys([*attacks, *LEARNED_INPUTS]))
     notes: list[str] = []
     verdicts: dict[str, HoldoutVerdict] = {}
     measures: dict[str, dict] = {}
+    used: set[str] = set()
     for condition, s in scored.items():
-        f = pick_scores(s.mia, None, "forget", names)  # the scorer's forget items are s.forget_idx, in order
+        raw = {"forget": pick_scores(s.mia, None, "forget", names),  # the scorer's forget items: s.forget_idx
+               "holdout": pick_scores(s.mia, None, "holdout", names)}
+        rel = None
         if base_scores is not None:
             base_f = pick_scores(base_scores, None, "forget", names, s.forget_idx)
-            f = {k: [a - b for a, b in zip(v, base_f[k])] for k, v in f.items() if k in base_f}
-        h = pick_scores(s.mia, base_scores, "holdout", names)
+            rel = {"forget": {k: [a - b for a, b in zip(v, base_f[k])] for k, v in raw["forget"].items()
+                              if k in base_f},
+                   "holdout": pick_scores(s.mia, base_scores, "holdout", names)}
+        modes = dict(modes_for(condition)) if modes_for is not None else {}
+        default = "relative" if rel is not None else "raw"
+
+        def scores(side: str, name: str, mode: str):
+            table = rel if mode == "relative" and rel is not None else raw
+            return table[side].get(name)
+
+        chosen = {a: modes.get(a, default) for a in attacks}
+        chosen = {a: (m if rel is not None else "raw") for a, m in chosen.items()}
+        used.update(chosen.values())
+        f = {a: scores("forget", a, m) for a, m in chosen.items() if a != "learned"}
+        h = {a: scores("holdout", a, m) for a, m in chosen.items() if a != "learned"}
+        f, h = {a: v for a, v in f.items() if v is not None}, {a: v for a, v in h.items() if v is not None}
+        learned_table = rel if chosen.get("learned") == "relative" and rel is not None else raw
         fg = [half.forget_groups[i] for i in s.forget_idx]
         margins = margins_for(condition)
         if isinstance(margins, str) and margins == "self":
-            margins = self_margins(h, half.holdout_groups, attacks, spec)
-        verdict, more = condition_verdict(f, h, fg, half.holdout_groups, attacks, margins, spec)
+            margins = self_margins(h, half.holdout_groups, attacks, spec, learned_table["holdout"])
+        verdict, more = condition_verdict(f, h, fg, half.holdout_groups, attacks, margins, spec,
+                                          (learned_table["forget"], learned_table["holdout"]))
         verdicts[condition] = verdict
         notes.extend(more)
+        vacuous = [a for a in verdict.pooled.intervals if verdict.pooled.margin(a) >= 0.5]
+        if vacuous:  # a margin of 0.5 holds every interval: the calibration could not bound that attack there
+            notes.append(f"{condition}: {', '.join(vacuous)} cannot fail here (margin 0.5: never-trained models "
+                         "reach that far in calibration)")
         nll = s.mia["forget_loss"]
         measures[condition] = {"forget_items": len(fg), "holdout_items": len(half.holdout_groups),
                                "forget_nll": sum(nll) / len(nll),
@@ -367,5 +399,5 @@ def judge(scored: Mapping[str, Scored], half: HalfItems, attacks: Sequence[str],
                      f"{len(half.measured)} items of the others; AdamW, batch {spec.relearn_batch_size}, lr "
                      f"{', '.join(f'{lr:g}' for lr in spec.relearn_lrs)}, "
                      f"{' and '.join(str(s) for s in sorted(spec.relearn_steps))} steps; the worst counts")
-    return FullVerdict(verdicts, frozenset(reads), "relative" if base_scores is not None else "raw", margin_label,
-                       notes, measures)
+    mode = used.pop() if len(used) == 1 else "relative or raw, per attack and condition as calibrated"
+    return FullVerdict(verdicts, frozenset(reads), mode, margin_label, notes, measures)

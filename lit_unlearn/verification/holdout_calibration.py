@@ -5,7 +5,9 @@ authors, so how far its forget-vs-holdout intervals reach from 0.5 is what "neve
 many items and authors, author style included. For every level, scoring mode (relative to the base model, or raw),
 condition (the model as it is, relearned at each rate and step count, quantised) and attack, every (world, half)
 case gives the reach of its pooled interval and the largest reach of its per-author intervals; the margins are the
-largest of each over the calibration cases, rounded up to 0.01. The calibration seeds are not the test seeds:
+largest of each over the calibration cases (for relearning, of the worst of its eight rates and step counts), times
+one inflation per level that makes a world the margins never saw pass the whole verdict often enough (estimated on
+the calibration worlds, each left out in turn), rounded up to 0.01. The calibration seeds are not the test seeds:
 docs/generated/holdout_calibration.md gives the pass rates on test worlds, the power, and the margins a model's own
 holdout items give (lit_unlearn.verification.full_verdict.self_margins).
 
@@ -22,7 +24,8 @@ from importlib import resources
 
 from lit_unlearn.errors import UserError
 
-__all__ = ["calibrated_margins", "calibration", "delta_from_bands", "CALIBRATION_FILE", "calibrated_levels"]
+__all__ = ["calibrated_margins", "calibrated_modes", "margin_key", "calibration", "delta_from_bands", "CALIBRATION_FILE",
+           "calibrated_levels", "best_modes"]
 
 CALIBRATION_FILE = "holdout_delta.json"
 
@@ -47,6 +50,12 @@ def calibrated_levels() -> list[str]:
     return sorted(calibration().get("margins", {}))
 
 
+def margin_key(condition: str) -> str:
+    """Where a condition's margins are kept: every relearning attack shares one set ("relearning": calibrated on the
+    worst of the eight rates and step counts, as the verdict counts the worst), the others their own."""
+    return "relearning" if condition.startswith("relearn") else condition
+
+
 def calibrated_margins(level: str | None, mode: str = "relative", condition: str = "none",
                        attacks=None) -> tuple[dict[str, float], dict[str, float]]:
     """(pooled margins, per-author margins), by attack, calibrated for a forget level, scoring mode and condition."""
@@ -55,13 +64,34 @@ def calibrated_margins(level: str | None, mode: str = "relative", condition: str
         raise UserError(f"no calibrated margins for forget level {level!r} (calibrated: {calibrated_levels() or 'none'}"
                         "): pass HoldoutVerification(delta=..., delta_author=...) or delta='self', or calibrate with "
                         "benchmarks/calibrate_holdout_delta.py")
-    if mode not in table[level] or condition not in table[level][mode]:
+    key = margin_key(condition)
+    if mode not in table[level] or key not in table[level][mode]:
         raise UserError(f"no calibrated margins for forget{level}, {mode} scoring, condition {condition!r} "
                         f"(calibrated: {sorted(table[level].get(mode, {}))}): calibrate it with "
                         "benchmarks/calibrate_holdout_delta.py")
-    margins = table[level][mode][condition]
+    margins = table[level][mode][key]
     lacking = sorted(set(attacks or ()) - set(margins))
     if lacking:
         raise UserError(f"no calibrated margins for attacks {lacking} at forget{level} ({mode}, {condition}); "
                         f"calibrated: {sorted(margins)}")
     return {a: float(v[0]) for a, v in margins.items()}, {a: float(v[1]) for a, v in margins.items()}
+
+
+def calibrated_modes(level: str | None, condition: str = "none") -> dict[str, str]:
+    """{attack: "relative" or "raw"}: the scoring each attack uses in the "best" mode of a level and condition."""
+    calibrated_margins(level, "best", condition)  # the one-line error where it is missing
+    return {a: v[2] for a, v in calibration()["margins"][level]["best"][margin_key(condition)].items()}
+
+
+def best_modes(relative: dict, raw: dict) -> dict:
+    """{condition: {attack: [pooled, author, mode]}}: per condition and attack, the scoring whose calibrated margins
+    are tighter (the smaller pooled + per-author sum; relative on a tie): a choice made on the calibration worlds,
+    whose pass rates the test worlds then measure. Where the base model is given, the verdict never uses a wider
+    null than raw scoring would."""
+    out: dict = {}
+    for condition, rel in relative.items():
+        out[condition] = {}
+        for attack, (p, a) in rel.items():
+            q, b = raw[condition][attack]
+            out[condition][attack] = [p, a, "relative"] if p + a <= q + b else [q, b, "raw"]
+    return out

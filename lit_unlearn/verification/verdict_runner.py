@@ -40,7 +40,7 @@ def make_half(forget: list[dict], holdout: list[dict], forget_groups: list, hold
 
 class VerdictRunner:
     def __init__(self, tokenizer, forget: list[dict], holdout: list[dict], level: str | None,
-                 spec: VerdictSpec | None = None, mode: str = "relative", base=None,
+                 spec: VerdictSpec | None = None, mode: str = "best", base=None,
                  margins: str | tuple[Mapping[str, float], Mapping[str, float]] = "calibrated",
                  attacks: Sequence[str] | None = None, split_seed: int = 0, items_per_author: int = 20,
                  template: str = "plain", max_length: int = 512, batch_size: int = 32,
@@ -48,8 +48,9 @@ class VerdictRunner:
                  device=None) -> None:
         """
         Args:
-            mode: "relative" (every score minus the base model's on the same item) or "raw".
-            base: the model the target was fine-tuned from (a network or a path), needed by mode="relative".
+            mode: "relative" (every score minus the base model's on the same item), "raw", or "best" (per attack and
+                condition, the one whose calibrated margins are tighter; relative margins and raw ones otherwise).
+            base: the model the target was fine-tuned from (a network or a path), needed by "relative" and "best".
             margins: "calibrated" (the packaged calibration of `level`), "self" (the model's own holdout items, two
                 author sets against each other) or (pooled, per author) margins by attack.
         """
@@ -57,9 +58,9 @@ class VerdictRunner:
 
         if mode not in MODES:
             raise UserError(f"verdict mode {mode!r}: choose one of {MODES}")
-        if mode == "relative" and base is None:
-            raise UserError("the relative verdict scores each item against the model the target was fine-tuned "
-                            "from: give its path (reference_model=...), or use mode='raw'")
+        if mode in ("relative", "best") and base is None:
+            raise UserError(f"the {mode!r} verdict scores items against the model the target was fine-tuned from: "
+                            "give its path (reference_model=...), or use mode='raw'")
         self.attacks = list(attacks or DEFAULT_ATTACKS)
         unknown = sorted(set(self.attacks) - set(ATTACKS))
         if unknown:
@@ -132,7 +133,7 @@ class VerdictRunner:
 
     def base_scores(self, half: str):
         """The base model's scores on the half's items (computed once), or None in raw mode."""
-        if self.mode != "relative":
+        if self.mode == "raw":
             return None
         if half not in self._base_scores:
             items = self.items[half]
@@ -148,11 +149,12 @@ class VerdictRunner:
             raise ValueError(f"{len(forget_rows)} probe rows for {len(items.forget)} forget items")
         mia = self.scorer(network, forget_rows, items.holdout)
         base = None
-        if self.mode == "relative":
+        if self.mode != "raw":
             base = self.scorer(self._base_network(), forget_rows, items.holdout)
         label = self.margins if isinstance(self.margins, str) else "given"
         return judge({"none": Scored(mia, list(range(len(forget_rows))))}, items, self.attacks,
-                     lambda c: self.margins_for(c), self.spec, base, reads, label).verdicts["none"]
+                     lambda c: self.margins_for(c), self.spec, base, reads, label,
+                     self.modes_for).verdicts["none"]
 
     def score(self, network, half: str, conditions: Sequence[str] | None = None) -> dict[str, Scored]:
         was_training = network.training
@@ -174,12 +176,25 @@ class VerdictRunner:
         return ({a: pooled[a] if isinstance(pooled, Mapping) else pooled for a in self.attacks},
                 {a: author[a] if isinstance(author, Mapping) else author for a in self.attacks})
 
+    def modes_for(self, condition: str, mode: str | None = None) -> dict[str, str]:
+        """{attack: "relative" or "raw"} of a condition: the calibration's choice in "best" mode (relative where
+        margins are not the calibrated ones), else the mode itself."""
+        mode = mode or self.mode
+        if mode == "best":
+            if self.margins == "calibrated":
+                from lit_unlearn.verification.holdout_calibration import calibrated_modes
+
+                return calibrated_modes(self.level, condition)
+            return {a: "relative" for a in self.attacks}
+        return {a: mode for a in self.attacks}
+
     def judge(self, scored: Mapping[str, Scored], half: str, reads=frozenset(), mode: str | None = None
               ) -> FullVerdict:
         mode = mode or self.mode
         label = self.margins if isinstance(self.margins, str) else "given"
         return judge(scored, self.items[half], self.attacks, lambda c: self.margins_for(c, mode), self.spec,
-                     self.base_scores(half) if mode == "relative" else None, reads, label)
+                     self.base_scores(half) if mode != "raw" else None, reads, label,
+                     lambda c: self.modes_for(c, mode))
 
     def verdict(self, network, half: str = "reporting", conditions: Sequence[str] | None = None,
                 reads=frozenset(), log=None) -> FullVerdict:
