@@ -26,7 +26,8 @@ def main() -> None:
     world = (Path(args.run) / "runs/tofu/world").resolve()
     level = json.loads((run / "holdout_verification.json").read_text())["level"]
     command = ["audit", "--model", str(run / "model"), "--data", str(world / "data"), "--level", level, "--target",
-               str(world / "target"), "--retain-only", str(world / f"retain_only_{level}"), "--out", args.out]
+               str(world / "target"), "--retain-only", str(world / f"retain_only_{level}"), "--reference-model",
+               str(world / "base"), "--out", args.out]
     proc = subprocess.run([sys.executable, "-m", "lit_unlearn", *command], capture_output=True, text=True)
     if proc.returncode:
         sys.exit(proc.stderr[-3000:])
