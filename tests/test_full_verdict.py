@@ -178,7 +178,7 @@ def test_relearning_snapshots_are_the_shorter_attacks_and_read_only_the_rows_giv
     from helpers import tiny_tofu
     from lit_unlearn.data import QAFormatter, TofuSource
     from lit_unlearn.models import CausalLM, tiny_llama_config
-    from lit_unlearn.verification.relearning_probe import Reads, relearn_split, relearned
+    from lit_unlearn.verification.relearning_probe import Reads, relearn_split, relearned, same_author
 
     _, tok = tiny_tofu(tmp_path, seed=2)
     rows = TofuSource(str(tmp_path / "data")).eval_splits()["forget"][:12]
@@ -199,3 +199,8 @@ def test_relearning_snapshots_are_the_shorter_attacks_and_read_only_the_rows_giv
     assert all(torch.equal(v, net.state_dict()[k]) for k, v in net.state_dict().items())  # the model is untouched
     relearn, measured = relearn_split(["a"] * 3 + ["b"] * 3 + ["c"] * 3, 0.5)
     assert relearn == [0, 1, 2] and measured == list(range(3, 9))
+    assert not same_author(["a"] * 3 + ["b"] * 3 + ["c"] * 3, relearn, measured)
+    relearn, measured = relearn_split(["a"] * 5, 0.5)  # one author: split by item, and the report is told
+    assert relearn == [0, 1] and measured == [2, 3, 4] and same_author(["a"] * 5, relearn, measured)
+    with pytest.raises(ValueError, match="at least 2 forget items"):
+        relearn_split(["a"], 0.5)

@@ -16,13 +16,14 @@ def cli(args, cwd, env):
 
 
 @pytest.mark.slow
-def test_tofu_demo_end_to_end_meets_its_target_on_the_half_no_decision_read_and_standalone_eval_reproduces_it(
+def test_tofu_demo_end_to_end_gives_the_full_verdict_on_the_half_no_decision_read_and_standalone_eval_reproduces_it(
         tmp_path, subprocess_env, tofu_world):
     """The default job as a user runs it, whole (world seed 0, forget01): HoldoutMatch, looks at the steering half
-    every 5 steps, meets its target (the reference-free verification and model utility ≥ 0.95 × the target's) and
-    passes on the reporting half (its numbers recomputed here from the per-item scores it saved), the TOFU table
-    with the gold standard, TensorBoard, and the final weights as a Hugging Face folder that `tofu-eval` scores as
-    the callback did. Every seed of every level: benchmarks/tofu_demo_seeds.py (docs/generated/tofu_demo_*.md)."""
+    every 5 steps toward its target (the verdict of the model as it is and model utility ≥ 0.95 × the target's), then
+    the full verdict on the reporting half (before any attack, relearning, 4-bit), every condition of which is
+    recomputed here from the per-item scores it was decided on; the TOFU table with the gold standard, TensorBoard,
+    and the final weights as a Hugging Face folder that `tofu-eval` scores as the callback did. Every seed of every
+    level: benchmarks/tofu_demo_seeds.py (docs/generated/tofu_demo_*.md)."""
     from lit_unlearn.verification.holdout_equivalence import holdout_verdict
 
     out = cli(["tofu-demo", "--worlds", str(tofu_world.folder.parent), "--trainer.enable_progress_bar=false"],
@@ -32,16 +33,25 @@ def test_tofu_demo_end_to_end_meets_its_target_on_the_half_no_decision_read_and_
     result = json.loads((run / "holdout_verification.json").read_text())
     after, before = result["after"], result["before"]
     assert not before["passed"] and before["band_ratio"] > 1.4  # the target: every attack near AUC 1
-    split, scores = result["split"], after["per_item"]
-    groups = {side: [i // 20 for i in split[side]["reporting"]] for side in ("forget", "holdout")}
-    again = holdout_verdict({a: scores[f"forget_{a}"] for a in result["attacks"]},
-                            {a: scores[f"holdout_{a}"] for a in result["attacks"]}, groups["forget"],
-                            groups["holdout"], result["delta"], result["delta_author"], result["alpha"])
-    assert again.band_ratio == pytest.approx(after["verdict"]["band_ratio"], abs=1e-12)
-    assert again.passed == after["verdict"]["passed"]
-    assert again.passed and after["model_utility_ratio"] >= 0.95, after  # the default target, met and reported
-    assert "Reference-free verification: PASSED" in out.stdout
-    assert "'holdout_band_ratio <= 1 and model_utility_ratio >= 0.95': met at step" in out.stdout
+    full, spec = after["full"], result["spec"]
+    assert set(full["judged"]) == {"none", "int4"} | {f"relearn lr={lr:g} steps={s}" for lr in spec["relearn_lrs"]
+                                                      for s in spec["relearn_steps"]}
+    ratios = {}
+    for condition, judged in full["judged"].items():
+        saved = full["conditions"][condition]
+        attacks = list(saved["pooled"]["intervals"])
+        assert sorted(judged["forget"]) == sorted(attacks) and "learned" in attacks
+        author_margins = next(iter(saved["authors"].values()))["delta"]
+        again = holdout_verdict(judged["forget"], judged["holdout"], judged["forget_groups"], judged["holdout_groups"],
+                                saved["pooled"]["delta"], author_margins, spec["alpha"], spec["n_boot"], spec["seed"])
+        assert again.band_ratio == pytest.approx(saved["band_ratio"], abs=1e-12), condition
+        ratios[condition] = again.band_ratio
+    assert full["band_ratio"] == pytest.approx(max(ratios.values()), abs=1e-12)
+    assert full["passed"] == (max(ratios.values()) <= 1)
+    measured = len(full["judged"]["relearn lr=0.001 steps=10"]["forget"]["loss"])
+    assert 0 < measured < len(full["judged"]["none"]["forget"]["loss"])  # relearning measures the other author
+    assert f"reference-free verification (reporting half): {full['headline']}" in out.stdout
+    assert "'holdout_band_ratio <= 1 and model_utility_ratio >= 0.95': " in out.stdout
     assert (run / "model" / "model.safetensors").is_file()  # the final weights, loadable by other tools
     events = list(run.glob("events.out.tfevents.*"))
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -49,7 +59,8 @@ def test_tofu_demo_end_to_end_meets_its_target_on_the_half_no_decision_read_and_
     acc = EventAccumulator(str(events[0]))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    assert {"verify/band_ratio", "verify/passed", "verify/min_k_plus_plus_auc", "verify/steering/band_ratio"} <= tags
+    assert {"verify/band_ratio", "verify/passed", "verify/min_k_plus_plus_auc", "verify/steering/band_ratio",
+            "verify/full/band_ratio", "verify/full/relearning_band_ratio"} <= tags
     looks = [e.step for e in acc.Scalars("verify/steering/band_ratio")]
     assert result["looks"] == len(looks) >= 2 and looks[0] == 0 and all(s % 5 == 0 for s in looks)  # the cadence
     assert {"tofu/forget/es", "tofu/mia/gradnorm_auc", "gold_standard/forget_quality"} <= tags

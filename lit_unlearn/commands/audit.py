@@ -10,7 +10,8 @@ from lit_unlearn.commands import command
 
 @command("audit", "the full verdict on an unlearned model: relearning, 4-bit quantisation, every attack",
          order=58, examples=("lit-unlearn audit --model runs/tofu/hamu/latest/model --data runs/tofu/world/data "
-                             "--target runs/tofu/world/target --retain-only runs/tofu/world/retain_only_01",
+                             "--target runs/tofu/world/target --retain-only runs/tofu/world/retain_only_01 "
+                             "--reference-model runs/tofu/world/base",
                              "lit-unlearn audit --model OUT --data locuslab/TOFU --level 10 --template llama2"))
 def audit(model: str, data: str, level: Literal["01", "05", "10"] = "01", target: str | None = None,
           retain_only: str | None = None, base: str | None = None, reference_model: str | None = None,

@@ -126,8 +126,11 @@ def _with_learned(forget: dict, holdout: dict, fg, hg, attacks, spec: VerdictSpe
 
 def condition_verdict(forget: dict, holdout: dict, forget_groups, holdout_groups, attacks: Sequence[str],
                       margins: tuple[Mapping[str, float], Mapping[str, float]], spec: VerdictSpec,
-                      learned_inputs: tuple[dict, dict] | None = None) -> tuple[HoldoutVerdict, list[str]]:
-    """The verdict of one condition from both sides' per-item scores (and the learned attack's inputs)."""
+                      learned_inputs: tuple[dict, dict] | None = None, judged: dict | None = None
+                      ) -> tuple[HoldoutVerdict, list[str]]:
+    """The verdict of one condition from both sides' per-item scores (and the learned attack's inputs). `judged`,
+    where given, receives the per-item scores the verdict was decided on (the learned attack's included), so that
+    anyone can recompute it with holdout_verdict alone."""
     notes: list[str] = []
     f, h = _with_learned(forget, holdout, forget_groups, holdout_groups, attacks, spec, notes, learned_inputs)
     missing = [a for a in attacks if a not in f]
@@ -135,6 +138,10 @@ def condition_verdict(forget: dict, holdout: dict, forget_groups, holdout_groups
         notes.append(f"not scored: {', '.join(missing)}")
     verdict = holdout_verdict(f, h, forget_groups, holdout_groups, {a: margins[0][a] for a in f},
                               {a: margins[1][a] for a in f}, spec.alpha, spec.n_boot, spec.seed)
+    if judged is not None:
+        judged.update({"forget": {a: [float(x) for x in v] for a, v in f.items()},
+                       "holdout": {a: [float(x) for x in v] for a, v in h.items()},
+                       "forget_groups": list(forget_groups), "holdout_groups": list(holdout_groups)})
     return verdict, notes
 
 
@@ -190,6 +197,7 @@ class FullVerdict:
     margins: str                                # "calibrated", "self" or "given"
     notes: list[str] = field(default_factory=list)
     measures: dict[str, dict] = field(default_factory=dict)  # condition -> extra numbers (forget NLL, items)
+    judged: dict[str, dict] = field(default_factory=dict)    # condition -> the per-item scores it was decided on
 
     @property
     def attacks(self) -> list[str]:
@@ -253,7 +261,7 @@ class FullVerdict:
                                      {**v, "passed": v["band_ratio"] <= 1.0}) for p in PARTS},
                 "unread_band_ratio": self.unread_band_ratio(),
                 "conditions": {c: v.as_dict() for c, v in self.verdicts.items()},
-                "measures": self.measures, "notes": self.notes}
+                "measures": self.measures, "notes": self.notes, "judged": self.judged}
 
     def scalars(self, prefix: str = "verify/full/") -> dict[str, float]:
         out = {f"{prefix}band_ratio": self.band_ratio, f"{prefix}passed": float(self.passed)}
@@ -352,6 +360,7 @@ def judge(scored: Mapping[str, Scored], half: HalfItems, attacks: Sequence[str],
     notes: list[str] = []
     verdicts: dict[str, HoldoutVerdict] = {}
     measures: dict[str, dict] = {}
+    judged: dict[str, dict] = {}
     used: set[str] = set()
     for condition, s in scored.items():
         raw = {"forget": pick_scores(s.mia, None, "forget", names),  # the scorer's forget items: s.forget_idx
@@ -380,8 +389,9 @@ def judge(scored: Mapping[str, Scored], half: HalfItems, attacks: Sequence[str],
         margins = margins_for(condition)
         if isinstance(margins, str) and margins == "self":
             margins = self_margins(h, half.holdout_groups, attacks, spec, learned_table["holdout"])
+        judged[condition] = {}
         verdict, more = condition_verdict(f, h, fg, half.holdout_groups, attacks, margins, spec,
-                                          (learned_table["forget"], learned_table["holdout"]))
+                                          (learned_table["forget"], learned_table["holdout"]), judged[condition])
         verdicts[condition] = verdict
         notes.extend(more)
         vacuous = [a for a in verdict.pooled.intervals if verdict.pooled.margin(a) >= 0.5]
@@ -394,10 +404,14 @@ def judge(scored: Mapping[str, Scored], half: HalfItems, attacks: Sequence[str],
                                "holdout_nll": sum(s.mia["holdout_loss"]) / len(s.mia["holdout_loss"])}
     relearned = [c for c in scored if part_of(c) == "relearning"]
     if relearned:
+        from lit_unlearn.verification.relearning_probe import same_author
+
+        others = ("other items of the same author (a one-author forget set)"
+                  if same_author(half.forget_groups, half.relearn, half.measured) else "the others")
         notes.append(f"relearning: trained on {len(half.relearn)} forget items of author(s) "
                      f"{', '.join(map(str, dict.fromkeys(half.forget_groups[i] for i in half.relearn)))}, measured on "
-                     f"{len(half.measured)} items of the others; AdamW, batch {spec.relearn_batch_size}, lr "
+                     f"{len(half.measured)} items of {others}; AdamW, batch {spec.relearn_batch_size}, lr "
                      f"{', '.join(f'{lr:g}' for lr in spec.relearn_lrs)}, "
                      f"{' and '.join(str(s) for s in sorted(spec.relearn_steps))} steps; the worst counts")
     mode = used.pop() if len(used) == 1 else "relative or raw, per attack and condition as calibrated"
-    return FullVerdict(verdicts, frozenset(reads), mode, margin_label, notes, measures)
+    return FullVerdict(verdicts, frozenset(reads), mode, margin_label, notes, measures, judged)

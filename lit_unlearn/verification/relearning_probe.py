@@ -22,7 +22,7 @@ from lit_unlearn.algorithms.losses import mean_nll
 from lit_unlearn.batches import logits_and_labels
 from lit_unlearn.data.qa_format import QAFormatter, pad_collate
 
-__all__ = ["relearn_split", "relearned", "Reads"]
+__all__ = ["relearn_split", "same_author", "relearned", "Reads"]
 
 
 class Reads:
@@ -33,14 +33,24 @@ class Reads:
 
 def relearn_split(groups: Sequence, share: float = 0.5) -> tuple[list[int], list[int]]:
     """(relearned item indices, measured item indices): the first floor(share · authors) authors (at least one, at
-    most all but one), in order of first appearance, are relearned; the others are measured."""
+    most all but one), in order of first appearance, are relearned; the others are measured. A forget set of one
+    author is split by item instead (its first floor(share · items) items relearned): the attack then recovers an
+    author's other facts from some of them, which `same_author` tells the report."""
     authors = list(dict.fromkeys(groups))
     if len(authors) < 2:
-        raise ValueError(f"relearning needs at least 2 forget authors (one to relearn, one to measure), got "
-                         f"{len(authors)}")
+        if len(groups) < 2:
+            raise ValueError(f"relearning needs at least 2 forget items (one to relearn, one to measure), got "
+                             f"{len(groups)}")
+        n = min(len(groups) - 1, max(1, math.floor(share * len(groups))))
+        return list(range(n)), list(range(n, len(groups)))
     n = min(len(authors) - 1, max(1, math.floor(share * len(authors))))
     chosen = set(authors[:n])
     return [i for i, g in enumerate(groups) if g in chosen], [i for i, g in enumerate(groups) if g not in chosen]
+
+
+def same_author(groups: Sequence, relearn: Sequence[int], measured: Sequence[int]) -> bool:
+    """Whether relearning measures items of an author it trained on (a one-author forget set)."""
+    return bool({groups[i] for i in relearn} & {groups[i] for i in measured})
 
 
 def relearned(network: nn.Module, formatter: QAFormatter, pad_id: int, rows: list[dict], lr: float,
