@@ -9,7 +9,7 @@ from pathlib import Path
 from lightning.pytorch.callbacks import Callback
 
 from lit_unlearn.console import say
-from lit_unlearn.errors import UserError
+from lit_unlearn.plug_points import require
 
 __all__ = ["EvaluationCallback"]
 
@@ -18,10 +18,9 @@ class EvaluationCallback(Callback):
     kind = "report"    # the scalar prefix and file stem
     title = "Report"   # the heading in the markdown file and the console
 
-    # Set by each benchmark: what `source=` must be and an attribute that tells it apart, and the datamodule
-    # that provides one (named in the error when neither is given).
-    source_type: str
-    source_has: str
+    # Set by each benchmark: the plug point `source=` must declare, and the datamodule that provides one (named in
+    # the error when neither is given).
+    source_protocol: type
     datamodule_type: str
 
     def __init__(self, source=None, every_n_epochs: int = 0, evaluate_at_start: bool = False) -> None:
@@ -34,14 +33,19 @@ class EvaluationCallback(Callback):
         """The benchmark's evaluator over `source`."""
         raise NotImplementedError
 
+    def _source(self, trainer):
+        source = self.source or getattr(trainer.datamodule, "source", None)
+        return require(source, self.source_protocol, type(self).__name__,
+                       f"give `source=` or use a {self.datamodule_type}", structural=True)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage == "fit":  # a missing source fails now, not at the first evaluation
+            self._source(trainer)
+
     def _get_evaluator(self, trainer):
         """The evaluator, built on first use over `source=` or the datamodule's source."""
         if self._evaluator is None:
-            source = self.source or getattr(trainer.datamodule, "source", None)
-            if source is None or not hasattr(source, self.source_has):
-                raise UserError(f"{type(self).__name__} needs a {self.source_type} (give `source=` or use a "
-                                f"{self.datamodule_type})")
-            self._evaluator = self._build_evaluator(trainer, source)
+            self._evaluator = self._build_evaluator(trainer, self._source(trainer))
         return self._evaluator
 
     def evaluate(self, trainer, pl_module, tag: str):

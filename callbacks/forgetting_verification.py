@@ -15,7 +15,9 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback
 
 from lit_unlearn.console import say
+from lit_unlearn.callbacks.metric_source import MetricSource
 from lit_unlearn.errors import UserError
+from lit_unlearn.modules.unlearning import UnlearningModule
 from lit_unlearn.verification import CLASSIFIER_METRICS, ClassifierVerifier, Measures, RetrainedReference
 from lit_unlearn.verification.classifier import REFERENCE_METRICS
 
@@ -26,7 +28,7 @@ SUMMARY = ("ua", "ra", "ta", "test_forget_class_acc", "test_other_classes_acc", 
            "forget_loss_median", "forget_vs_retrain_auc", "avg_gap")
 
 
-class ForgettingVerification(Callback):
+class ForgettingVerification(Callback, MetricSource):
     kind = "classifier"
 
     def __init__(self, reference: RetrainedReference | str | None = "auto", mia_feature: str = "confidence",
@@ -81,7 +83,7 @@ class ForgettingVerification(Callback):
             return
         dm = trainer.datamodule
         eval_sets = getattr(dm, "eval_sets", None)
-        if not eval_sets or not hasattr(pl_module, "network"):
+        if not eval_sets or not isinstance(pl_module, UnlearningModule):
             raise UserError("ForgettingVerification needs a classifier unlearning run (an UnlearningDataModule with "
                             "forget/retain/test eval sets); for TOFU use lit_unlearn.callbacks.TofuEvaluation")
         self.verifier = ClassifierVerifier(eval_sets, self.batch_size, self.mia_feature)

@@ -36,7 +36,9 @@ from lightning.pytorch.callbacks import Callback
 
 from lit_unlearn.console import say
 from lit_unlearn.errors import UserError
+from lit_unlearn.callbacks.metric_source import MetricSource
 from lit_unlearn.eval_mode import eval_mode
+from lit_unlearn.plug_points import EvalSplitsSource, HoldoutLossSource, HoldoutProfileSource, require
 
 __all__ = ["HoldoutVerification", "UTILITY_METRICS", "BAND"]
 
@@ -46,7 +48,7 @@ ITEMS_PER_AUTHOR = 20  # TOFU's layout: a split's items come author by author, 2
 UTILITY_SPLITS = ("retain", "real_authors", "world_facts")
 
 
-class HoldoutVerification(Callback):
+class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProfileSource):
     kind = "tofu"
 
     def __init__(self, source=None, delta: float | None = None, delta_author: float | None = None, alpha: float = 0.05,
@@ -143,8 +145,8 @@ class HoldoutVerification(Callback):
             return
         dm = trainer.datamodule
         source = self.source or getattr(dm, "source", None)
-        if source is None or not hasattr(source, "eval_splits"):
-            raise UserError("HoldoutVerification needs a TofuSource (give `source=` or use a TofuDataModule)")
+        require(source, EvalSplitsSource, "HoldoutVerification", "give `source=` or use a TofuDataModule",
+                structural=True)
         self._source, self._tokenizer = source, getattr(dm, "tokenizer", None)
         self._formatter = getattr(dm, "formatter", None)
         self.level = getattr(source, "forget_level", None)

@@ -16,6 +16,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_unlearn.errors import UserError
+from lit_unlearn.plug_points import UpdateGuarded, require
 
 __all__ = ["KappaEarlyStopping"]
 
@@ -54,9 +55,7 @@ class KappaEarlyStopping(Callback):
         return self._generate_state_key(mode=self.mode, epsilon=self.epsilon, criterion=self.criterion)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if not hasattr(pl_module, "register_update_guard"):
-            raise UserError(f"KappaEarlyStopping needs a HAMU trainer (with register_update_guard), got "
-                            f"{type(pl_module).__name__}")
+        require(pl_module, UpdateGuarded, "KappaEarlyStopping", "use HAMUModule")
         self._trainer = trainer
         pl_module.register_update_guard(self.allows_update)
 

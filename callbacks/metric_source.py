@@ -1,6 +1,6 @@
 """The plug point between a stop rule (and HAMU's quota controller) and what measures forgetting.
 
-A callback that measures a run's forget target implements `MetricSource`; `StopAtTarget` takes the first one in the
+A callback that measures a run's forget target declares `MetricSource` (subclasses it); `StopAtTarget` takes the first one in the
 run whose kind matches the target's and that can compute every metric it names. Three do:
 - `ForgettingVerification` (classifiers, against the retrained model);
 - `TofuEvaluation` (TOFU's metrics, against the retain-only model's report where one is given);
@@ -10,6 +10,8 @@ run whose kind matches the target's and that can compute every metric it names. 
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
+
+from lit_unlearn.plug_points import plug_points
 
 __all__ = ["MetricSource", "metric_sources"]
 
@@ -38,4 +40,4 @@ class MetricSource(Protocol):
 
 def metric_sources(callbacks, kind: str) -> list[MetricSource]:
     """The run's metric sources of one kind, in callback order."""
-    return [cb for cb in callbacks if isinstance(cb, MetricSource) and cb.kind == kind]
+    return [cb for cb in plug_points(callbacks, MetricSource) if cb.kind == kind]

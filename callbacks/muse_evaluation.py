@@ -5,6 +5,7 @@ asked), log VerbMem / KnowMem / PrivLeak / ES / EM to the trainer's loggers (Ten
 from __future__ import annotations
 
 from lit_unlearn.callbacks.evaluation_callback import EvaluationCallback
+from lit_unlearn.plug_points import TextsSource
 
 __all__ = ["MuseEvaluation"]
 
@@ -12,7 +13,7 @@ __all__ = ["MuseEvaluation"]
 class MuseEvaluation(EvaluationCallback):
     kind = "muse"
     title = "MUSE"
-    source_type, source_has, datamodule_type = "MuseSource", "texts", "MuseDataModule"
+    source_protocol, datamodule_type = TextsSource, "MuseDataModule"
 
     def __init__(self, source=None, reference: str | None = None, retrain_auc: float | None = None,
                  verbmem_max_new_tokens: int = 128, knowmem_max_new_tokens: int = 32, batch_size: int = 8,

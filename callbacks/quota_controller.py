@@ -25,6 +25,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lit_unlearn.algorithms.quota import escalated_goal, steer
 from lit_unlearn.errors import UserError
+from lit_unlearn.plug_points import ForgetLossGoal, QuotaSteered, plug_points, require
 
 __all__ = ["QuotaController"]
 
@@ -63,12 +64,11 @@ class QuotaController(Callback):
     def setup(self, trainer, pl_module, stage: str) -> None:
         if stage != "fit":
             return
-        if not hasattr(pl_module, "quota_policy"):
-            raise UserError(f"QuotaController steers HAMU's quota; the module is {type(pl_module).__name__}")
-        if getattr(pl_module, "variant", "Q") != "Q":
+        require(pl_module, QuotaSteered, "QuotaController", "it steers HAMU's quota: use HAMUModule")
+        if pl_module.variant != "Q":
             raise UserError("QuotaController sets the forget quota Q: use HAMU variant 'Q'")
         self._trainer = trainer
-        self._stopper = next((cb for cb in trainer.callbacks if hasattr(cb, "loss_goal")), None)
+        self._stopper = next(iter(plug_points(trainer.callbacks, ForgetLossGoal)), None)
         if self.goal is None and self._stopper is None:
             raise UserError("QuotaController needs a forget-loss goal: give goal=<mean forget loss>, or add a "
                             "StopAtTarget callback whose target implies one")

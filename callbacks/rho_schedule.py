@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lit_unlearn.errors import UserError
 from lit_unlearn.algorithms.ofmu import rho_at
+from lit_unlearn.plug_points import RhoScheduled, require
 
 __all__ = ["RhoScheduler"]
 
@@ -39,8 +40,7 @@ class RhoScheduler(Callback):
         return rho_at(step // self.every_n_steps, self.schedule, self.rho0, self.rate, self.cap)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
-        if not hasattr(pl_module, "rho"):
-            raise UserError(f"RhoScheduler needs a module with a `rho` attribute (OFMU), got {type(pl_module).__name__}")
+        require(pl_module, RhoScheduled, "RhoScheduler", "use OFMUModule")
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.current = self.value(trainer.global_step)

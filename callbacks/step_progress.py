@@ -50,7 +50,9 @@ class StepProgressBar(TQDMProgressBar):
         bar = self.train_progress_bar
         if bar.total != trainer.max_steps:  # first epoch of this fit (or of a resumed one)
             bar.reset(total=trainer.max_steps)
-            bar.set_description("unlearning" if hasattr(trainer.lightning_module, "unlearning_step") else "training")
+            from lit_unlearn.modules.unlearning import UnlearningModule
+
+            bar.set_description("unlearning" if isinstance(trainer.lightning_module, UnlearningModule) else "training")
             _set_position(bar, trainer.global_step)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

@@ -22,12 +22,13 @@ from lightning.pytorch.callbacks import Callback
 
 from lit_unlearn.console import say
 from lit_unlearn.errors import UserError
+from lit_unlearn.plug_points import ForgetLossGoal
 from lit_unlearn.verification.targets import ForgetTarget, parse_targets
 
 __all__ = ["StopAtTarget"]
 
 
-class StopAtTarget(Callback):
+class StopAtTarget(Callback, ForgetLossGoal):
     def __init__(self, target: str, every_n_steps: int = 5, patience: int = 0, min_steps: int = 0,
                  verbose: bool = True, lazy: bool | None = None) -> None:
         """

@@ -15,16 +15,18 @@ from __future__ import annotations
 
 
 from lit_unlearn.callbacks.evaluation_callback import EvaluationCallback
+from lit_unlearn.callbacks.metric_source import MetricSource
+from lit_unlearn.plug_points import EvalSplitsSource
 
 __all__ = ["TofuEvaluation"]
 
 WORLD = "world"  # reference="world": the retain-only report beside the world's data folder
 
 
-class TofuEvaluation(EvaluationCallback):
+class TofuEvaluation(EvaluationCallback, MetricSource):
     kind = "tofu"
     title = "TOFU"
-    source_type, source_has, datamodule_type = "TofuSource", "eval_splits", "TofuDataModule"
+    source_protocol, datamodule_type = EvalSplitsSource, "TofuDataModule"
 
     def __init__(self, source=None, reference: str | None = None, template: str | None = None,
                  max_new_tokens: int | None = None, batch_size: int = 32, every_n_epochs: int = 0,
@@ -80,7 +82,7 @@ class TofuEvaluation(EvaluationCallback):
         if not path.is_file():
             raise MissingFileError(f"TofuEvaluation(reference='world'): {path} not found; build the world's retain-only "
                                    "model for this forget level first (`lit-unlearn tofu-demo`, or "
-                                   "lit_unlearn.worlds.prepare_tofu_world(levels=[...])), or give the report's path")
+                                   "lit_unlearn.worlds.tofu_world.prepare_tofu_world(levels=[...])), or give the report's path")
         return str(path)
 
     def _remember_start(self, trainer, report) -> None:
@@ -128,6 +130,7 @@ class TofuEvaluation(EvaluationCallback):
                                                                              "forget_vs_retain_only_auc"))
 
     def setup(self, trainer, pl_module, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
         self._trainer = trainer  # the reference is read through the evaluator, built on first use
 
     def _reference_report(self) -> dict | None:

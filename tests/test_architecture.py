@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 # Lowest first. A module may import its own layer and the layers below it, never one above.
 LAYERS = [
     ("base", ["errors", "console", "quiet", "hub", "eval_mode", "batches", "tensorboard", "trajectory_plot",
-              "plotting", "files", "checkpoint_io", "checkpoints", "specs", "packaged_files", "process",
+              "plotting", "files", "checkpoint_io", "checkpoints", "specs", "packaged_files", "process", "plug_points",
               "__init__"]),
     ("algorithms", ["algorithms"]),
     ("data, models, metrics, verification", ["results_tables", "data", "models", "metrics", "distributed",
@@ -146,21 +146,117 @@ def test_help_and_listing_import_nothing_heavy(args, tmp_path):
 
 
 def test_adding_a_command_is_one_file(tmp_path):
-    """A new file in lit_unlearn/commands is listed, documented and parsed without touching anything else."""
-    folder = REPO / "lit_unlearn" / "commands"
-    added = folder / "zz_hello.py"
-    added.write_text('from lit_unlearn.commands import command\n\n\n'
-                     '@command("hello", "say hello")\n'
-                     'def hello(name: str = "world", times: int = 1) -> None:\n'
-                     '    """Say hello.\n\n    Args:\n        name: who\n        times: how often\n    """\n'
-                     '    print(("hello " + name + " ") * times)\n')
-    try:
-        run = lambda *a: subprocess.run([sys.executable, "-m", "lit_unlearn", *a], cwd=tmp_path,  # noqa: E731
-                                        capture_output=True, text=True, timeout=60)
-        assert "say hello" in run("--help").stdout
-        assert "--times" in run("hello", "--help").stdout
-        assert run("hello", "--name=you", "--times", "2").stdout.strip() == "hello you hello you"
-        bad = run("hello", "--tims", "2")
-        assert bad.returncode == 2 and "did you mean --times" in bad.stderr, bad.stderr
-    finally:
-        added.unlink()
+    """A new file in the commands package is listed, documented and parsed without touching anything else. The file
+    goes into a folder of its own that the subprocess adds to the package's path (the registry walks `__path__`),
+    so the repository is never written while other tests read it."""
+    extra = tmp_path / "more_commands"
+    extra.mkdir()
+    (extra / "zz_hello.py").write_text('from lit_unlearn.commands import command\n\n\n'
+                                       '@command("hello", "say hello")\n'
+                                       'def hello(name: str = "world", times: int = 1) -> None:\n'
+                                       '    """Say hello.\n\n    Args:\n        name: who\n        times: how often\n    """\n'
+                                       '    print(("hello " + name + " ") * times)\n')
+    launcher = tmp_path / "launch.py"
+    launcher.write_text("import sys\nimport lit_unlearn.commands as commands\n"
+                        f"commands.__path__.append({str(extra)!r})\n"
+                        "from lit_unlearn.cli import main\nmain(sys.argv[1:])\n")
+    run = lambda *a: subprocess.run([sys.executable, str(launcher), *a], cwd=tmp_path,  # noqa: E731
+                                    capture_output=True, text=True, timeout=60)
+    assert "say hello" in run("--help").stdout
+    assert "--times" in run("hello", "--help").stdout
+    assert run("hello", "--name=you", "--times", "2").stdout.strip() == "hello you hello you"
+    bad = run("hello", "--tims", "2")
+    assert bad.returncode == 2 and "did you mean --times" in bad.stderr, bad.stderr
+    assert not (REPO / "lit_unlearn" / "commands" / "zz_hello.py").exists()
+
+
+def _plug_names() -> dict[str, set[str]]:
+    """The names each side offers the other: the methods the callbacks' classes define (read by modules), the
+    modules' (read by callbacks), and every plug point's members (read by either)."""
+    import lit_unlearn.plug_points as plugs
+
+    def defined(paths):
+        return {n.name for p in paths for n in ast.walk(ast.parse(p.read_text()))
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.name.startswith("__")}
+
+    import lightning.pytorch as pl
+
+    lightning = set(dir(pl.Callback)) | set(dir(pl.LightningModule))  # Lightning's own hooks are not plugs
+    members = {name for proto in vars(plugs).values() if isinstance(proto, type) and proto.__module__ == plugs.__name__
+               for name in [*proto.__dict__, *getattr(proto, "__annotations__", {})] if not name.startswith("_")}
+    callbacks, modules = sorted((REPO / "callbacks").glob("*.py")), sorted((REPO / "lit_unlearn/modules").glob("*.py"))
+    return {"callbacks": (defined(modules) | members) - lightning, "modules": (defined(callbacks) | members) - lightning}
+
+
+def _found_by_shape(source: str, names: set[str]) -> list[str]:
+    """hasattr(x, "name") and getattr(x, "name", default) calls whose name is another side's plug."""
+    hits = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr")
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in names
+                and (node.func.id == "hasattr" or len(node.args) == 3)):
+            hits.append(f"{node.func.id}(…, {node.args[1].value!r}) at line {node.lineno}")
+    return hits
+
+
+def test_modules_and_callbacks_find_each_other_through_declared_plug_points_only():
+    """No module finds a callback, and no callback a module, by probing for an attribute
+    (lit_unlearn.plug_points: the offering class declares the Protocol, `plug_point` finds it)."""
+    names = _plug_names()
+    assert {"holdout_loss", "holdout_token_profile", "loss_goal", "quota_policy", "rho"} <= names["modules"]
+    found = {f"{side}/{p.name}": hits for side, folder in (("callbacks", REPO / "callbacks"),
+                                                            ("modules", REPO / "lit_unlearn/modules"))
+             for p in sorted(folder.glob("*.py")) if (hits := _found_by_shape(p.read_text(), names[side]))}
+    assert not found, found
+    planted = 'def setup(self):\n    src = next(cb for cb in self.trainer.callbacks if hasattr(cb, "holdout_loss"))\n'
+    assert _found_by_shape(planted, names["modules"]) == ["hasattr(…, 'holdout_loss') at line 2"]
+
+
+def test_a_missing_plug_point_is_one_line_at_the_start_of_fit():
+    from lightning.pytorch.callbacks import Callback
+
+    from lit_unlearn.callbacks import HoldoutVerification, QuotaController, RhoScheduler, StopAtTarget
+    from lit_unlearn.errors import UserError
+    from lit_unlearn.plug_points import (ForgetLossGoal, HoldoutLossSource, HoldoutProfileSource, QuotaSteered,
+                                         RhoScheduled, declares, plug_point)
+
+    class LooksLikeOne(Callback):  # the shape without the declaration is not a plug
+        def holdout_loss(self, trainer=None, pl_module=None):
+            return 1.0
+
+    with pytest.raises(UserError) as err:
+        plug_point([LooksLikeOne()], HoldoutLossSource, "HAMU forget_ceiling='holdout'",
+                   "add lit_unlearn.callbacks.HoldoutVerification to trainer.callbacks")
+    assert "\n" not in str(err.value) and "HoldoutVerification" in str(err.value)
+    assert declares(HoldoutVerification.__new__(HoldoutVerification), HoldoutLossSource)
+    assert HoldoutProfileSource in HoldoutVerification.__mro__ and ForgetLossGoal in StopAtTarget.__mro__
+    from lit_unlearn.modules import GAModule, HAMUModule, OFMUModule
+
+    assert QuotaSteered in HAMUModule.__mro__ and RhoScheduled in OFMUModule.__mro__
+    with pytest.raises(UserError, match="QuotaController needs a module whose forget quota .*a QuotaSteered"):
+        QuotaController(goal=1.0).setup(None, GAModule.__new__(GAModule), "fit")
+    with pytest.raises(UserError, match="RhoScheduler needs a module whose penalty weight .*a RhoScheduled"):
+        RhoScheduler().setup(None, GAModule.__new__(GAModule), "fit")
+
+
+# sha256 (first 16 hex digits) of the source of LightningCLI.instantiate_trainer, _instantiate_trainer, _parser and
+# _get in lightning 2.6.6, the version setup.py pins.
+LIGHTNING_CLI_PRIVATE_SOURCE = "43b8cb788939f0f6"
+
+
+def test_the_private_lightning_cli_api_we_mirror_is_the_pinned_one():
+    """UnlearnCLI.instantiate_trainer (lit_unlearn/launch/lightning_cli.py) gathers the Trainer's arguments and
+    callbacks as LightningCLI.instantiate_trainer does, through its private `_parser` and `_get`, so that the one
+    Trainer builder makes every Trainer: LightningCLI has no public hook that hands over the arguments and callbacks
+    without building a Trainer. lightning is pinned (setup.py) and this fails when the mirrored code changes: re-read
+    it, update UnlearnCLI.instantiate_trainer, then the pin and this hash."""
+    import hashlib
+    import inspect
+
+    import lightning
+    from lightning.pytorch.cli import LightningCLI
+
+    assert 'lightning==2.6.6' in (REPO / "setup.py").read_text() and lightning.__version__ == "2.6.6"
+    source = "".join(inspect.getsource(getattr(LightningCLI, name))
+                     for name in ("instantiate_trainer", "_instantiate_trainer", "_parser", "_get"))
+    assert hashlib.sha256(source.encode()).hexdigest()[:16] == LIGHTNING_CLI_PRIVATE_SOURCE

@@ -179,9 +179,23 @@ def test_the_figures_draw_every_method_however_many_the_bench_has(tmp_path):
     rows = [{"method": m, "level": "01", "phase": phase, "point": {"lr": 1}, "MU": 0.5 + i / 100, "band ratio": 1.2,
              "MU std": 0.01, "band ratio std": 0.02} for i, m in enumerate(methods) for phase in ("validation", "test")]
     chosen = {(m, "01"): ({"lr": 1}, "why") for m in methods[1:]}
-    _pareto(rows, "01", chosen, "w", tmp_path / "pareto.png", "MU", "band ratio", False, str)
-    _figure([r for r in rows if r["phase"] == "test"], tmp_path / "figure.png", "MU", "band ratio", False, str)
+    pareto = _pareto(rows, "01", chosen, "w", tmp_path / "pareto.png", "MU", "band ratio", False, str)
+    figure = _figure([r for r in rows if r["phase"] == "test"], tmp_path / "figure.png", "MU", "band ratio", False,
+                     str)
     assert (tmp_path / "pareto.png").stat().st_size > 0 and (tmp_path / "figure.png").stat().st_size > 0
+    # the Pareto plot: one edge colour per method (the grid and the test seeds of a method share it)
+    edge = {}
+    for handle, label in zip(*pareto.axes[0].get_legend_handles_labels()):
+        edge.setdefault(label.rsplit(" (", 1)[0], set()).add(tuple(handle.get_edgecolor()[0]))
+    assert set(edge) == set(methods) and all(len(c) == 1 for c in edge.values())
+    assert len({next(iter(c)) for c in edge.values()}) == len(methods)  # 15 methods, 15 colours
+    # the summary figure: one (colour, marker) pair per method
+    seen = {}
+    for handle, label in zip(*figure.axes[0].get_legend_handles_labels()):
+        line = handle.lines[0] if hasattr(handle, "lines") else handle
+        seen.setdefault(label, set()).add((line.get_color(), line.get_marker()))
+    assert set(seen) == set(methods) and all(len(v) == 1 for v in seen.values())
+    assert len({next(iter(v)) for v in seen.values()}) == len(methods)
 
 
 def test_a_method_whose_name_holds_commas_can_be_chosen_on_the_command_line():

@@ -178,7 +178,7 @@ def test_kappa_callback_patience_soft_margin_and_state():
     assert restored.state_dict() == cb.state_dict()
     hard = KappaEarlyStopping(mode="hard", epsilon=0.5, verbose=False)
     assert hard.allows_update(soft_only)  # hard mode ignores the margin
-    with pytest.raises(UserError, match="HAMU trainer"):
+    with pytest.raises(UserError, match="KappaEarlyStopping needs a module that asks registered guards.*use HAMUModule"):
         _trainer(1, callbacks=[KappaEarlyStopping()]).fit(GradDiffModule(_net()), _dm())
 
 

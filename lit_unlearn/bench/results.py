@@ -126,13 +126,15 @@ def _figure(table: list[dict], path: Path, x: str, y: str, log_y: bool, level_ti
     fig, axes = plt.subplots(1, len(levels), figsize=(4.2 * len(levels), 3.8), squeeze=False)
     methods = sorted({r["method"] for r in table})
     markers = {m: "osD^v<>pPX*h"[i % 12] for i, m in enumerate(methods)}
+    palette = plt.get_cmap("tab20").colors  # with the markers: distinct pairs for up to 60 methods
+    colours = {m: palette[i % len(palette)] for i, m in enumerate(methods)}
     for ax, level in zip(axes[0], levels):
         for r in table:
             if r["level"] != level or r[x] is None or r[y] is None:
                 continue
             ax.errorbar(r[x], max(r[y], 1e-12) if log_y else r[y], xerr=r[x + " std"] or None,
                         yerr=None if log_y else (r[y + " std"] or None), marker=markers[r["method"]],
-                        label=r["method"], linestyle="none")
+                        color=colours[r["method"]], label=r["method"], linestyle="none")
         if log_y:
             ax.set_yscale("log")
         ax.set_xlabel(x)

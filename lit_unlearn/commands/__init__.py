@@ -4,7 +4,7 @@ A command module declares itself with `@command(...)` on its entry point and imp
 the dispatcher (`lit_unlearn.cli`) can import every one of them to list, document and parse them in a fraction of
 a second. Adding a command is adding one file here.
 
-Two kinds, parsed one way each (`lit_unlearn.commands.parsing`):
+Two kinds, parsed one way each (by the dispatcher, `lit_unlearn.cli`, with `lit_unlearn.launch.arguments`):
 - function commands: the options are the entry point's keyword parameters (types, defaults and the docstring's
   `Args:` give `--help`; `--config FILE` reads them from YAML), parsed by jsonargparse;
 - training commands: a preset's LightningCLI configs plus the user's `--config` files and `--KEY=VALUE` overrides,

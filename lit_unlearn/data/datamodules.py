@@ -11,6 +11,7 @@ from lit_unlearn.data.arrays import ImageSource, ImageSplits
 from lit_unlearn.data.digits import DigitsSource
 from lit_unlearn.data.forget_sets import ClassForget, ForgetSpec
 from lit_unlearn.data.paired import PairedBatchStream, ResumableDataLoader
+from lit_unlearn.plug_points import EvalLoaders
 
 __all__ = ["ClassificationDataModule", "PairedDataModule", "UnlearningDataModule"]
 
@@ -50,7 +51,7 @@ class ClassificationDataModule(pl.LightningDataModule):
     test_dataloader = val_dataloader
 
 
-class PairedDataModule(pl.LightningDataModule):
+class PairedDataModule(pl.LightningDataModule, EvalLoaders):
     """Yields (retain_batch, forget_batch) per training step and one validation loader per named eval set.
 
     Subclasses implement `build()` → (retain dataset, forget dataset, {name: eval dataset}); the eval sets

@@ -31,6 +31,7 @@ from torch.utils.data import Dataset
 from lit_unlearn.data.datamodules import PairedDataModule
 from lit_unlearn.data.tofu import _read_local, pad_collate
 from lit_unlearn.errors import MissingFileError, UserError
+from lit_unlearn.plug_points import TextsSource
 
 __all__ = ["MuseSource", "MuseDataModule", "TextWindows", "MUSE_LAYOUT"]
 
@@ -42,7 +43,7 @@ COLUMNS = {"raw": ("text",), "privleak": ("text",), "knowmem": ("question", "ans
            "scal": ("text",), "sust": ("text",)}
 
 
-class MuseSource:
+class MuseSource(TextsSource):
     def __init__(self, path: str = "muse-bench/MUSE-News", cache_dir: str | None = None) -> None:
         """path: a hub name (muse-bench/MUSE-News, muse-bench/MUSE-Books) or a local folder in MUSE's layout."""
         self.path, self.cache_dir = path, cache_dir

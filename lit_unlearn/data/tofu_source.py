@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from lit_unlearn.errors import MissingFileError, UserError
+from lit_unlearn.plug_points import EvalSplitsSource
 
 __all__ = ["TofuSource", "WaterDrumSource", "FORGET_SPLITS", "EVAL_COLUMNS", "check_columns"]
 
@@ -78,7 +79,7 @@ def check_columns(rows: list[dict], required: tuple[str, ...], split: str, where
                                 f"strings (got {type(answers).__name__}): TOFU's perturbed splits hold a list per row")
 
 
-class TofuSource:
+class TofuSource(EvalSplitsSource):
     def __init__(self, path: str = "locuslab/TOFU", forget_level: str = "10", cache_dir: str | None = None) -> None:
         """
         Args:

@@ -63,7 +63,9 @@ class UnlearnCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs):
         """The Trainer's arguments and callbacks, LightningCLI's own included (its callback arguments and the
         config saver), gathered as LightningCLI.instantiate_trainer gathers them. Standalone (run=False) they are
-        kept for `build_run`; a subcommand's Trainer is built now, by the same builder."""
+        kept for `build_run`; a subcommand's Trainer is built now, by the same builder. It calls LightningCLI's
+        private `_parser` and `_get` (no public hook hands over the arguments without building a Trainer): lightning
+        is pinned, and tests/test_architecture.py fails when the code mirrored here changes."""
         parser = self._parser(self.subcommand)
         config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
         callbacks = config.pop("callbacks", None) or []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from torchmetrics import MeanMetric
 
+from lit_unlearn.plug_points import EvalLoaders
 from lit_unlearn.results_tables import evaluate_splits, per_sample_stats
 from lit_unlearn.tensorboard import log_scalars
 
@@ -29,7 +30,7 @@ class EvalSplitMetrics:
 
     def eval_loaders(self):
         dm = self.trainer.datamodule
-        if dm is None or not hasattr(dm, "eval_dataloaders"):
+        if dm is None or not isinstance(dm, EvalLoaders):  # a datamodule the user writes needs only the method
             return {}
         return dm.eval_dataloaders()
 

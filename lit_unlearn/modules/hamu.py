@@ -19,10 +19,17 @@ items with gradient norms far above unseen items', which the gradient-norm attac
 `forget_token_cap` τ (with a ceiling), caps each answer token's NLL in L_f and holds the tokens past it, so that
 forgetting spreads over an answer instead of driving a few tokens far down (measured in docs/hamu.md: it does not
 help at τ = 9.5).
+
+`forget_objective` replaces g_f, as the paper says its formalism allows: "nll" (the paper's), "npo" (−NPO_β against
+the target, frozen) or "holdout_match" (−HoldoutMatch's profile distance to the holdout items, read from the run's
+HoldoutVerification); lit_unlearn.algorithms.forget_objectives defines each as a gain. The per-block quota, the
+branch switch and the κ₂ stop then apply to an objective that forgets without collapse. The quota controller steers a
+mean forget NLL, so it takes "nll" only; the other objectives run at a fixed quota.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from collections.abc import Callable
@@ -48,7 +55,18 @@ from lit_unlearn.algorithms import (
 from lit_unlearn.algorithms.fused_passes import fused_combine_into, fused_tensor_stats
 from lit_unlearn.algorithms.preconditioning import DiagonalPreconditioner
 from lit_unlearn.algorithms.quota import QUOTA_UNITS, raw_to_clipped_quota
+from lit_unlearn.algorithms.forget_objectives import FORGET_OBJECTIVES, npo_gain, profile_gain
+from lit_unlearn.algorithms.forget_objectives import READS as FORGET_READS
+from lit_unlearn.algorithms.losses import sequence_logprob
+from lit_unlearn.algorithms.token_profile import token_surprisal_and_z
 from lit_unlearn.modules.unlearning import UnlearningModule
+from lit_unlearn.plug_points import (
+    HoldoutLossSource,
+    HoldoutProfileSource,
+    QuotaSteered,
+    UpdateGuarded,
+    plug_point,
+)
 
 __all__ = ["HAMUModule", "QuotaRequest"]
 
@@ -75,12 +93,12 @@ class QuotaRequest:
 QuotaPolicy = Callable[[QuotaRequest], tuple[float, float]]
 
 
-class HAMUModule(UnlearningModule):
+class HAMUModule(UnlearningModule, QuotaSteered, UpdateGuarded):
     READS = frozenset({"surprisal"})  # the forget NLL (and the predictive entropy with forget_entropy)
 
     @property
     def reads_statistics(self) -> frozenset[str]:
-        return self.READS | ({"entropy"} if self.forget_entropy else set())
+        return FORGET_READS[self.forget_objective] | ({"entropy"} if self.forget_entropy else set())
     def __init__(
         self,
         network: nn.Module,
@@ -97,6 +115,9 @@ class HAMUModule(UnlearningModule):
         forget_entropy: bool = False,
         forget_token_cap: float | None = None,
         preconditioner: str | None = None,
+        forget_objective: str = "nll",
+        npo_beta: float = 0.1,
+        profile_z_weight: float = 1.0,
         measure_every_n_steps: int = 0,
         combine_precision: str = "auto",
         fused_passes: bool = False,
@@ -127,6 +148,12 @@ class HAMUModule(UnlearningModule):
                 c, so forgetting has to spread over an answer's tokens instead of driving a few far down.
             preconditioner: None (the paper's raw-gradient geometry) or "adam": the same closed form solved for
                 δ = s ⊙ u with s = (√v̂ + ε)^(−1/2) from second moments of the gradients (see the module docstring).
+            forget_objective: the gain whose gradient is g_f: "nll" (the paper's mean forget NLL), "npo" (−NPO_β
+                against the target, frozen at the start) or "holdout_match" (−HoldoutMatch's distance to the
+                holdout items' token profile; needs HoldoutVerification). The named options above (forget_ceiling,
+                forget_entropy, forget_token_cap) shape "nll" only.
+            npo_beta: β of forget_objective="npo".
+            profile_z_weight: the Min-K %++ profile's weight in forget_objective="holdout_match".
             measure_every_n_steps: every n steps re-evaluate both batches after the update and log the measured
                 loss changes next to the first-order predictions (two extra forward passes; 0 = never).
             combine_precision: how δ = a·g_f + b·g_r is computed before it is rounded into the gradients' dtype:
@@ -177,6 +204,21 @@ class HAMUModule(UnlearningModule):
         if preconditioner not in (None, "adam"):
             raise UserError(f"preconditioner={preconditioner!r}: choose None or 'adam'")
         self.forget_ceiling, self.forget_entropy = forget_ceiling, forget_entropy
+        if forget_objective not in FORGET_OBJECTIVES:
+            raise UserError(f"forget_objective={forget_objective!r}: choose one of {FORGET_OBJECTIVES}")
+        if forget_objective != "nll" and (forget_ceiling is not None or forget_entropy or forget_token_cap):
+            raise UserError(f"forget_ceiling, forget_entropy and forget_token_cap shape the NLL objective; "
+                            f"forget_objective={forget_objective!r} takes none of them")
+        if not (npo_beta > 0 and math.isfinite(npo_beta)):
+            raise UserError(f"npo_beta must be positive and finite, got {npo_beta}")
+        self.forget_objective, self.npo_beta, self.profile_z_weight = forget_objective, npo_beta, profile_z_weight
+        self._reference: nn.Module | None = None
+        if forget_objective == "npo":  # frozen, not a submodule: rebuilt from the target on resume, not saved
+            ref = copy.deepcopy(network).eval()
+            for p in ref.parameters():
+                p.requires_grad_(False)
+            object.__setattr__(self, "_reference", ref)
+        self._profile_source = None
         self.preconditioner = DiagonalPreconditioner() if preconditioner == "adam" else None
         self._holdout_source = None
         self.measure_every_n_steps = measure_every_n_steps
@@ -196,10 +238,19 @@ class HAMUModule(UnlearningModule):
             raise UserError("HAMU's forget_ceiling backpropagates twice through one forward pass, which is not "
                             "supported under DeepSpeed ZeRO-3 yet: use ZeRO-2, DDP or one process")
         if self.forget_ceiling == "holdout" and self._trainer is not None:
-            self._holdout_source = next((cb for cb in self.trainer.callbacks if hasattr(cb, "holdout_loss")), None)
-            if self._holdout_source is None:
-                raise UserError("HAMU forget_ceiling='holdout' reads the model's holdout NLL: add "
-                                "lit_unlearn.callbacks.HoldoutVerification to trainer.callbacks, or give a number")
+            self._holdout_source = plug_point(self.trainer.callbacks, HoldoutLossSource,
+                                              "HAMU forget_ceiling='holdout'", "add lit_unlearn.callbacks."
+                                              "HoldoutVerification to trainer.callbacks, or give a number")
+        if self.forget_objective == "npo" and self.zero_stage == 3:
+            raise UserError("HAMU forget_objective='npo' keeps an unsharded frozen reference: use ZeRO-2, DDP or "
+                            "one process")
+        if self.forget_objective == "holdout_match" and stage == "fit" and self._trainer is not None:
+            self._profile_source = plug_point(self.trainer.callbacks, HoldoutProfileSource,
+                                              "HAMU forget_objective='holdout_match'", "add lit_unlearn.callbacks."
+                                              "HoldoutVerification to trainer.callbacks (it needs a holdout split)")
+        if self.forget_objective != "nll" and self.quota_policy is not None:
+            raise UserError(f"QuotaController steers the mean forget NLL; HAMU forget_objective="
+                            f"{self.forget_objective!r} runs at a fixed quota: remove the controller")
         self._index, self.block_names = block_index(self.trainable_named_parameters, self.grouping)
         # Whole-parameter element counts per block (ZeRO-3 keeps only a partition: ds_numel is the full size).
         numel = torch.tensor([float(getattr(p, "ds_numel", p.numel())) for p in self._params], dtype=torch.float64)
@@ -301,11 +352,37 @@ class HAMUModule(UnlearningModule):
             past = past + token_past.sum() / count
         return capped, past
 
+    def forget_gain(self, batch) -> Tensor:
+        """L_f of a non-NLL forget objective: the batch's mean gain (lit_unlearn.algorithms.forget_objectives)."""
+        logits, labels = self.logits_and_labels(batch)
+        if self.forget_objective == "npo":
+            with torch.no_grad():
+                reference = self.logits_and_labels(batch, self._reference)[0]
+            gains = npo_gain(sequence_logprob(logits, labels), sequence_logprob(reference, labels), self.npo_beta)
+        else:
+            if self._profile_source is None:
+                raise UserError("HAMU forget_objective='holdout_match' reads the holdout token profile: add "
+                                "lit_unlearn.callbacks.HoldoutVerification to trainer.callbacks")
+            profile = self._profile_source.holdout_token_profile(self._trainer, self)
+            surprisal, z, mask = token_surprisal_and_z(logits, labels)
+            gains = profile_gain(surprisal, z, mask, profile["surprisal"], profile["z"], self.profile_z_weight)
+        return gains.sum() / self.item_count(labels.shape[0], gains.device)
+
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        if self._reference is not None:
+            self._reference.to(device=self.device)
+
     def objective_gradients(self, retain_batch, forget_batch):
         """(L_r, g_r, L_f, g_f) of this step; g_f stays in p.grad, where the update is written over it. With a
-        forget ceiling c: L_f = mean_i min(NLL_i, c) (+ the capped entropy) and L_r += what is past the caps."""
-        cap = self.ceiling()
+        forget ceiling c: L_f = mean_i min(NLL_i, c) (+ the capped entropy) and L_r += what is past the caps.
+        With another forget objective, L_f is its gain (forget_gain)."""
         loss_r = self.checked_loss(retain_batch, "retain")
+        if self.forget_objective != "nll":
+            grads_r = self.gradients(loss_r, release=True)
+            loss_f = self.checked(self.forget_gain(forget_batch), "forget")
+            return loss_r, grads_r, loss_f, self.gradients(loss_f, release=False)
+        cap = self.ceiling()
         if cap is None:
             grads_r = self.gradients(loss_r, release=True)
             loss_f = self.checked_loss(forget_batch, "forget")
@@ -318,6 +395,8 @@ class HAMUModule(UnlearningModule):
 
     def forget_loss(self, batch) -> Tensor:
         """L_f as this step's objective defines it (for measuring a step's effect)."""
+        if self.forget_objective != "nll":
+            return self.forget_gain(batch)
         cap = self.ceiling()
         return self.compute_loss(batch) if cap is None else self._capped_terms(batch, cap)[0]
 

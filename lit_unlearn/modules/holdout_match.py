@@ -39,6 +39,7 @@ from lit_unlearn.algorithms.ofmu import norm
 from lit_unlearn.algorithms.token_profile import profile_distance, token_surprisal_and_z
 from lit_unlearn.errors import UserError
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
+from lit_unlearn.plug_points import HoldoutProfileSource, plug_point
 
 __all__ = ["HoldoutMatchModule"]
 
@@ -88,12 +89,9 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
             raise UserError("HoldoutMatch's sam_rho and relearn_lr shift the weights in place between two passes, "
                             "which DeepSpeed's engine does not see: use DDP or one process, or set them to 0")
         if stage == "fit":
-            self._profile_source = next((cb for cb in self.trainer.callbacks
-                                         if hasattr(cb, "holdout_token_profile")), None)
-            if self._profile_source is None:
-                raise UserError("HoldoutMatch steers to the holdout items' token profile: add "
-                                "lit_unlearn.callbacks.HoldoutVerification to trainer.callbacks (it needs a holdout "
-                                "split)")
+            self._profile_source = plug_point(self.trainer.callbacks, HoldoutProfileSource, "HoldoutMatch",
+                                              "add lit_unlearn.callbacks.HoldoutVerification to trainer.callbacks "
+                                              "(it needs a holdout split)")
 
     def forget_term(self, forget_batch):
         """mean_i [W1(s_i, Q_s) + z_w·W1(z_i, Q_z)] (before w_f) and its logs, at the current weights."""

@@ -43,6 +43,7 @@ from lit_unlearn.algorithms.ofmu import (
 )
 from lit_unlearn.distributed.sharded_weights import ShardedWeights
 from lit_unlearn.modules.unlearning import UnlearningModule
+from lit_unlearn.plug_points import HoldoutLossSource, RhoScheduled, plug_point
 
 __all__ = ["OFMUModule", "OUTER_CLIPS"]
 
@@ -50,7 +51,7 @@ OUTER_CLIPS = ("separate", "joint")
 HOLDOUT = "holdout"  # forget_ceiling: the current model's mean NLL on unseen holdout items
 
 
-class OFMUModule(UnlearningModule):
+class OFMUModule(UnlearningModule, RhoScheduled):
     READS = frozenset({"surprisal", "gradient"})  # the forget NLL and its gradient's direction
     def __init__(
         self,
@@ -131,11 +132,9 @@ class OFMUModule(UnlearningModule):
             raise UserError("hvp='autograd' differentiates per-process gradient graphs, which data parallelism "
                              "does not synchronise: use hvp='finite_difference' with more than one process")
         if self.forget_ceiling == HOLDOUT and self._trainer is not None:
-            self._holdout_source = next((cb for cb in self.trainer.callbacks if hasattr(cb, "holdout_loss")), None)
-            if self._holdout_source is None:
-                raise UserError("OFMU forget_ceiling='holdout' reads the model's holdout NLL: add "
-                                "lit_unlearn.callbacks.HoldoutVerification to trainer.callbacks, or give "
-                                "forget_ceiling as a number")
+            self._holdout_source = plug_point(self.trainer.callbacks, HoldoutLossSource,
+                                              "OFMU forget_ceiling='holdout'", "add lit_unlearn.callbacks."
+                                              "HoldoutVerification to trainer.callbacks, or give a number")
 
     def _current_ceiling(self) -> float | None:
         """The ceiling of this round: fixed, or the model's holdout NLL as the verification has it now (its last

@@ -133,13 +133,18 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule):
         else:
             nll, token_past = token_capped_nll(logits, labels, token_cap)
         entropy = sequence_entropy(logits, labels) if with_entropy else None
-        count = float(labels.shape[0])
+        return nll, entropy, self.item_count(labels.shape[0], nll.device), token_past
+
+    def item_count(self, local: int, device=None) -> float:
+        """What a rank divides its sum of per-item values by so that the ranks' average is the global batch's
+        mean: the global item count over the world size (the local count in one process)."""
+        count = float(local)
         world = self.trainer.world_size if self._trainer is not None else 1
         if world > 1 and dist.is_available() and dist.is_initialized():
-            total = torch.tensor(count, dtype=torch.float64, device=nll.device)
+            total = torch.tensor(count, dtype=torch.float64, device=device)
             dist.all_reduce(total)
             count = float(total) / world  # each rank's sum over count, averaged over ranks, is the global mean
-        return nll, entropy, count, token_past
+        return count
 
     # ----- helpers for subclasses ----------------------------------------------------------------------------------
     @property
