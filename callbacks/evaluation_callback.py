@@ -48,8 +48,13 @@ class EvaluationCallback(Callback):
             self._evaluator = self._build_evaluator(trainer, self._source(trainer))
         return self._evaluator
 
+    def run_options(self) -> dict:
+        """Keyword arguments of the evaluator's `run` (a benchmark's callback may narrow what is computed)."""
+        return {}
+
     def evaluate(self, trainer, pl_module, tag: str):
-        return self.publish(trainer, self._get_evaluator(trainer).run(pl_module.network, pl_module.device), tag)
+        return self.publish(trainer, self._get_evaluator(trainer).run(pl_module.network, pl_module.device,
+                                                                      **self.run_options()), tag)
 
     def publish(self, trainer, report, tag: str):
         """Log a report (`{kind}/...` scalars, and `gold_standard/...` for its measures against a retain-only model's

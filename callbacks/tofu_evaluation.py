@@ -31,7 +31,8 @@ class TofuEvaluation(EvaluationCallback, MetricSource):
     def __init__(self, source=None, reference: str | None = None, template: str | None = None,
                  max_new_tokens: int | None = None, batch_size: int = 32, every_n_epochs: int = 0,
                  evaluate_at_start: bool = False, require_reference: bool = False,
-                 mia_convention: str = "lit-unlearn", gradnorm: bool = True, max_length: int | None = None) -> None:
+                 mia_convention: str = "lit-unlearn", gradnorm: bool = True, max_length: int | None = None,
+                 metrics: list[str] | None = None) -> None:
         """
         Args:
             source: a TofuSource for the eval splits (default: the datamodule's source).
@@ -46,6 +47,9 @@ class TofuEvaluation(EvaluationCallback, MetricSource):
             gradnorm: run the gradient-norm MIA in full reports (one backward pass per forget/holdout item).
             max_length: longest scored sequence; longer ones are cut, counted in the report and warned about
                 (default: the datamodule's, else TOFU's 512).
+            metrics: compute only these (names of lit_unlearn.metrics.metric_units' TOFU units, or "membership" /
+                "gradnorm" for the attacks' per-item scores), each paying only for the passes it declares; None:
+                the full report.
         """
         super().__init__(source, every_n_epochs, evaluate_at_start)
         self.reference, self.template = reference, template
@@ -56,6 +60,19 @@ class TofuEvaluation(EvaluationCallback, MetricSource):
         from lit_unlearn.metrics.mia_convention import get_convention
 
         get_convention(mia_convention)  # a typo fails at construction, not after training
+        if metrics is not None:
+            from lit_unlearn.errors import UserError, did_you_mean
+            from lit_unlearn.metrics.tofu_eval import PASSES, TARGET_METRICS
+
+            known = {**TARGET_METRICS, **PASSES}
+            for name in metrics:
+                if name not in known:
+                    raise UserError(f"TofuEvaluation: unknown metric {name!r}{did_you_mean(name, known)}; known: "
+                                    f"{', '.join(sorted(known))}")
+        self.metrics = None if metrics is None else list(metrics)
+
+    def run_options(self) -> dict:
+        return {} if self.metrics is None else {"only": self.metrics}
 
     def _build_evaluator(self, trainer, source):
         from lit_unlearn.data.tofu import MAX_LENGTH

@@ -2,6 +2,8 @@
 
 `build` instantiates a spec, nested specs inside init_args too. `describe` turns a configured object (a data
 source, a forget spec) into a JSON-able description, used to key caches such as the retrained reference's.
+`read_spec_file` and `dataclass_spec` are the one YAML loader of the project's own spec files (bench, experiment
+suite, audit, distillation): a missing file, a file that is not a mapping and an unknown key are one-line errors.
 """
 
 from __future__ import annotations
@@ -13,7 +15,47 @@ from typing import Any
 
 from lit_unlearn.errors import UserError
 
-__all__ = ["build", "describe", "fingerprint", "namespace_to_dict"]
+__all__ = ["build", "describe", "fingerprint", "namespace_to_dict", "read_spec_file", "dataclass_spec",
+           "check_keys"]
+
+
+def read_spec_file(path: str | Path, what: str, example: str = "") -> dict[str, Any]:
+    """The YAML mapping in `path` (an empty file is {}), or a one-line error naming `what` the file should be."""
+    import yaml
+
+    from lit_unlearn.errors import MissingFileError
+
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(f"{what} {path} not found (packaged ones: `lit-unlearn configs`)")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise UserError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a {what} is a mapping of keys" + (f" (see {example})" if example else ""))
+    return data
+
+
+def check_keys(data: dict, known, where: str) -> None:
+    """A one-line error for the first key of `data` not in `known`, with the closest known one."""
+    from lit_unlearn.errors import did_you_mean
+
+    known = list(known)
+    for key in data:
+        if key not in known:
+            raise UserError(f"{where}: unknown key {key!r}{did_you_mean(key, known)}; known: {', '.join(known)}")
+
+
+def dataclass_spec(cls, path: str | Path | None, what: str):
+    """A dataclass of spec fields from a YAML file (None: the defaults)."""
+    from dataclasses import fields
+
+    if path is None:
+        return cls()
+    data = read_spec_file(path, what)
+    check_keys(data, [f.name for f in fields(cls)], str(path))
+    return cls(**data)
 
 
 def build(spec: dict[str, Any], **overrides: Any) -> Any:

@@ -260,3 +260,27 @@ def test_the_private_lightning_cli_api_we_mirror_is_the_pinned_one():
     source = "".join(inspect.getsource(getattr(LightningCLI, name))
                      for name in ("instantiate_trainer", "_instantiate_trainer", "_parser", "_get"))
     assert hashlib.sha256(source.encode()).hexdigest()[:16] == LIGHTNING_CLI_PRIVATE_SOURCE
+
+
+def test_the_spec_files_have_one_loader(tmp_path):
+    """bench, experiment suite, audit and distillation configs are read by lit_unlearn.specs.read_spec_file: none of
+    their packages parses YAML itself, and each refuses a file that is not a mapping with the same one-line error."""
+    from lit_unlearn.audit.spec import load_audit_spec
+    from lit_unlearn.bench.spec import load_bench_spec
+    from lit_unlearn.distill.spec import load_distill_spec
+    from lit_unlearn.errors import UserError
+    from lit_unlearn.experiments.suite import load_config
+
+    for package in ("bench", "experiments", "audit", "distill"):
+        for path in (REPO / "lit_unlearn" / package).glob("*.py"):
+            assert "yaml.safe_load" not in path.read_text(), path
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- a\n- b\n")
+    for load, what in ((load_bench_spec, "bench config"), (load_config, "experiment config"),
+                       (load_audit_spec, "audit config"), (load_distill_spec, "distill config")):
+        with pytest.raises(UserError, match=f"a {what} is a mapping of keys"):
+            load(bad)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("relearn_lr: [1.0e-4]\n")
+    with pytest.raises(UserError, match="unknown key 'relearn_lr' \\(did you mean 'relearn_lrs'"):
+        load_audit_spec(typo)

@@ -82,7 +82,7 @@ def test_tofu_demo_end_to_end_gives_the_full_verdict_on_the_half_no_decision_rea
 @pytest.mark.parametrize("preset", ["tofu_llama2_7b_hamu_zero2", "tofu_llama2_7b_hamu_zero3",
                                     "waterdrum_llama2_7b_hamu_lora", "tofu_llama2_7b_ofmu_lora", "tofu_llama2_7b_ofmu_zero3",
                                     "tofu_tiny_ofmu", "tofu_tiny_npo", "tofu_tiny_simnpo", "tofu_tiny_idkdpo",
-                                    "tofu_tiny_rmu", "tofu_tiny_holdout_match", "tofu_tiny_holdout_match_10", "tofu_tiny_base_distill", "tofu_tiny_base_answers", "tofu_llama2_7b_simnpo", "tofu_llama2_7b_idkdpo",
+                                    "tofu_tiny_rmu", "tofu_tiny_holdout_match", "tofu_tiny_holdout_match_10", "tofu_tiny_hamu_holdout_match", "tofu_tiny_base_distill", "tofu_tiny_base_answers", "tofu_llama2_7b_simnpo", "tofu_llama2_7b_idkdpo",
                                     "tofu_llama2_7b_rmu", "tofu_llama2_7b_npo", "muse_news_llama2_7b_npo"])
 def test_llm_configs_parse(preset, capsys):
     """Each packaged LLM config parses through the command line (in this process: the process is not the point)."""

@@ -245,3 +245,33 @@ if __name__ == "__main__" and "--write" in sys.argv:
     GOLDEN.write_text(json.dumps({"written_by": f"tests/test_tofu_eval_units.py --write at commit {commit}",
                                   "reports": reports}, indent=0))
     print(f"wrote {GOLDEN}")
+
+
+def test_each_metric_is_declared_once_and_a_config_can_choose_them(small):
+    """lit_unlearn.metrics.metric_units is the one declaration: the targets, the TOFU evaluator's units and the
+    classifier verifier's splits are read from it; TofuEvaluation(metrics=[...]) pays only for what they declare."""
+    from types import SimpleNamespace
+
+    from lit_unlearn.callbacks import TofuEvaluation
+    from lit_unlearn.errors import UserError
+    from lit_unlearn.metrics.metric_units import METRIC_UNITS
+    from lit_unlearn.metrics.tofu_eval import TARGET_METRICS
+    from lit_unlearn.verification.classifier import CLASSIFIER_METRICS, REFERENCE_METRICS
+    from lit_unlearn.verification.targets import METRICS
+
+    assert set(METRICS) == {n for n, u in METRIC_UNITS.items() if u.target}
+    assert set(TARGET_METRICS) == {n for n, u in METRIC_UNITS.items() if u.kind == "tofu" and u.passes}
+    assert set(CLASSIFIER_METRICS) == {n for n, u in METRIC_UNITS.items() if u.kind == "classifier"}
+    assert all(METRIC_UNITS[n].needs_reference for n in REFERENCE_METRICS) and "avg_gap" in REFERENCE_METRICS
+    assert all(METRICS[n] is METRIC_UNITS[n] for n in METRICS)  # the same object, not a copy
+    with pytest.raises(UserError, match="did you mean 'model_utility'"):
+        TofuEvaluation(metrics=["model_utilty"])
+    splits, tok, net = small
+    callback = TofuEvaluation(metrics=["model_utility"], max_new_tokens=2)
+    trainer = SimpleNamespace(datamodule=SimpleNamespace(source=SimpleNamespace(eval_splits=lambda: splits),
+                                                         tokenizer=tok, formatter=None))
+    model = CountingLM(net)
+    report = callback._get_evaluator(trainer).run(model, **callback.run_options())
+    utility = ("retain", "real_authors", "world_facts")
+    assert model.generated == sum(len(splits[n]) for n in utility) and model.grad_rows == 0
+    assert "mia" not in report.per_item and report.summary["model_utility"] is not None

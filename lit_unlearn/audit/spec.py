@@ -3,10 +3,11 @@ attacks (lit_unlearn.verification.full_verdict.VerdictSpec) and the paraphrase p
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lit_unlearn.errors import UserError, did_you_mean
+from lit_unlearn.errors import UserError
+from lit_unlearn.specs import dataclass_spec
 
 __all__ = ["AuditSpec", "load_audit_spec"]
 
@@ -67,18 +68,4 @@ class AuditSpec:
 
 def load_audit_spec(path: str | Path | None) -> AuditSpec:
     """The audit config (YAML mapping of AuditSpec fields); None: the defaults. Unknown keys are one-line errors."""
-    if path is None:
-        return AuditSpec()
-    import yaml
-
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"audit config {path} not found")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: an audit config is a mapping of AuditSpec fields")
-    known = [f.name for f in fields(AuditSpec)]
-    for key in data:
-        if key not in known:
-            raise UserError(f"{path}: unknown key {key!r}{did_you_mean(key, known)}; known: {', '.join(known)}")
-    return AuditSpec(**data)
+    return dataclass_spec(AuditSpec, path, "audit config")

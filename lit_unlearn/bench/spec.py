@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lit_unlearn.errors import UserError
+from lit_unlearn.specs import read_spec_file
 
 __all__ = ["MethodSpec", "BenchSpec", "load_bench_spec", "split_method_names"]
 
@@ -74,7 +73,7 @@ class BenchSpec:
 
 
 def load_bench_spec(path: str | Path) -> BenchSpec:
-    raw = yaml.safe_load(Path(path).read_text()) or {}
+    raw = read_spec_file(path, "bench config", "configs/bench/bench_tofu_tiny.yaml")
     if not isinstance(raw.get("methods"), dict) or not raw["methods"]:
         raise UserError(f"{path}: a bench config needs `methods:` (name -> class_path, init_args, grid)")
     methods = []

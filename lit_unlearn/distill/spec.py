@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lit_unlearn.errors import UserError, did_you_mean
+from lit_unlearn.errors import UserError
+from lit_unlearn.specs import dataclass_spec
 
 __all__ = ["DistillSpec", "load_distill_spec"]
 
@@ -40,18 +41,4 @@ class DistillSpec:
 
 def load_distill_spec(path: str | Path | None) -> DistillSpec:
     """The distillation config (YAML mapping of DistillSpec fields); None: the defaults."""
-    if path is None:
-        return DistillSpec()
-    import yaml
-
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"distill config {path} not found")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: a distill config is a mapping of DistillSpec fields")
-    known = [f.name for f in fields(DistillSpec)]
-    for key in data:
-        if key not in known:
-            raise UserError(f"{path}: unknown key {key!r}{did_you_mean(key, known)}; known: {', '.join(known)}")
-    return DistillSpec(**data)
+    return dataclass_spec(DistillSpec, path, "distill config")

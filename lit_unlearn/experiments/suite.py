@@ -25,11 +25,10 @@ from typing import Any
 
 import numpy as np
 import scipy.stats
-import yaml
 
-from lit_unlearn.errors import MissingFileError, UserError, did_you_mean
+from lit_unlearn.errors import UserError, did_you_mean
 from lit_unlearn.experiments.unlearning_run import RunResult, describe_callback, train_target, unlearning_run
-from lit_unlearn.specs import fingerprint
+from lit_unlearn.specs import fingerprint, read_spec_file
 from lit_unlearn.console import fmt
 
 __all__ = ["STUDIES", "load_config", "run_suite"]
@@ -72,11 +71,7 @@ def _check_keys(values: dict, section: str, path: Path) -> None:
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read and validate a suite config: unknown keys are refused (with a suggestion), specs must be buildable."""
     path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"experiment config {path} not found (packaged ones: `lit-unlearn configs`)")
-    cfg = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(cfg, dict):
-        raise UserError(f"{path}: an experiment config is a mapping of keys (see configs/experiment/experiment_digits.yaml)")
+    cfg = read_spec_file(path, "experiment config", "configs/experiment/experiment_digits.yaml")
     _check_keys(cfg, "", path)
     for section in SCHEMA:
         if section and isinstance(cfg.get(section), dict):

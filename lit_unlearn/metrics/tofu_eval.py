@@ -26,7 +26,6 @@ Under data parallelism each process scores items rank::world_size and the torchm
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -36,6 +35,7 @@ from lit_unlearn.data.qa_format import MAX_LENGTH, QAFormatter
 from lit_unlearn.distributed.sharded_grads import zero3_partitioned
 from lit_unlearn.errors import UserError
 from lit_unlearn.eval_mode import eval_mode
+from lit_unlearn.metrics.metric_units import EVERY_SPLIT, METRIC_UNITS, Passes
 from lit_unlearn.metrics.mia_convention import MIAConvention, get_convention
 from lit_unlearn.metrics.tofu_aggregate import aggregate, check_forget_items
 from lit_unlearn.metrics.tofu_metrics import rank_and_world
@@ -47,43 +47,9 @@ from lit_unlearn.metrics.tofu_verification import tofu_verification
 
 __all__ = ["TofuEvaluator", "TofuReport", "HEADLINE", "TARGET_METRICS", "PASSES", "Passes"]
 
-EVERY_SPLIT = "*"  # every evaluated split but the holdout
-UTILITY_SPLITS = frozenset({"retain", "real_authors", "world_facts"})  # model utility's nine numbers
-
-
-@dataclass(frozen=True)
-class Passes:
-    """The per-item passes a metric needs."""
-    score: frozenset = frozenset()     # splits whose answers (and paraphrased, perturbed answers) are teacher-forced
-    generate: frozenset = frozenset()  # splits whose questions are answered greedily (ROUGE)
-    membership: bool = False           # forget and holdout answers teacher-forced (the attacks)
-    gradnorm: bool = False             # a backward pass per forget and holdout item
-
-    def __or__(self, other: "Passes") -> "Passes":
-        return Passes(self.score | other.score, self.generate | other.generate, self.membership or other.membership,
-                      self.gradnorm or other.gradnorm)
-
-    def resolved(self, splits: list[str]) -> "Passes":
-        """EVERY_SPLIT spelled out, and splits this data lacks dropped."""
-        def names(s):
-            return frozenset(n for n in splits if n != "holdout" and (EVERY_SPLIT in s or n in s))
-        return Passes(names(self.score), names(self.generate), self.membership, self.gradnorm)
-
-
-FORGET_SCORES = Passes(score=frozenset({"forget"}))
-UTILITY = Passes(score=UTILITY_SPLITS, generate=UTILITY_SPLITS)
-# A target metric (lit_unlearn.verification.targets) -> (report key, the passes it needs).
-TARGET_METRICS = {
-    "forget_quality": ("forget_quality", FORGET_SCORES),
-    "forget_truth_ratio": ("forget_truth_ratio", FORGET_SCORES),
-    "forget_prob": ("forget/prob", FORGET_SCORES),
-    "forget_loss_tofu": ("forget/nll", FORGET_SCORES),
-    "privleak": ("privleak", Passes(membership=True)),
-    "model_utility": ("model_utility", UTILITY),
-    # from the report's verification (lit_unlearn.metrics.tofu_verification)
-    "forget_vs_retain_only_auc": ("verification/forget_vs_retain_only_auc", FORGET_SCORES),
-    "model_utility_ratio": ("verification/model_utility_ratio", UTILITY),
-}
+# A target metric (lit_unlearn.metrics.metric_units) -> (report key, the passes it needs): the evaluator's units.
+TARGET_METRICS = {name: (u.report_key, u.passes) for name, u in METRIC_UNITS.items()
+                  if u.kind == "tofu" and u.passes is not None}
 # Passes a caller may ask for by name besides target metrics: the membership attacks' per-item scores on forget and
 # holdout (the reference-free verification), and with them the gradient-norm attack (a backward pass per item).
 PASSES = {"membership": Passes(membership=True), "gradnorm": Passes(membership=True, gradnorm=True)}

@@ -20,22 +20,14 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from lit_unlearn.eval_mode import eval_mode
+from lit_unlearn.metrics.metric_units import units_of
 from lit_unlearn.metrics.membership import avg_gap, distinguishability_auc, mia_efficacy, output_features
 
 __all__ = ["CLASSIFIER_METRICS", "ClassifierVerifier", "Measures"]
 
-# metric -> the eval splits it needs
-CLASSIFIER_METRICS: dict[str, tuple[str, ...]] = {
-    "forget_acc": ("forget",), "ua": ("forget",), "forget_loss": ("forget",), "forget_loss_median": ("forget",),
-    "delta_forget_loss": ("forget",), "retain_acc": ("retain",), "ra": ("retain",), "retain_loss": ("retain",),
-    "test_acc": ("test",), "ta": ("test",), "test_loss": ("test",),
-    "test_forget_class_acc": ("test_forget_class",), "test_other_classes_acc": ("test_other_classes",),
-    "mia_efficacy": ("retain", "test", "forget"),
-    "forget_vs_retrain_auc": ("forget",), "forget_vs_retrain_auc_raw": ("forget",),
-    "forget_vs_retrain_auc_entropy": ("forget",),
-    "avg_gap": ("forget", "retain", "test"),
-}
-REFERENCE_METRICS = ("forget_vs_retrain_auc", "forget_vs_retrain_auc_raw", "forget_vs_retrain_auc_entropy", "avg_gap")
+# metric -> the eval splits it needs, and the ones that compare with the retrained model (metric_units)
+CLASSIFIER_METRICS: dict[str, tuple[str, ...]] = {n: u.splits for n, u in units_of("classifier").items()}
+REFERENCE_METRICS = tuple(units_of("classifier", needs_reference=True))
 
 
 @dataclass

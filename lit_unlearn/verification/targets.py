@@ -29,54 +29,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lit_unlearn.errors import UserError, did_you_mean
+from lit_unlearn.metrics.metric_units import METRIC_UNITS, MetricUnit
 
 __all__ = ["METRICS", "ForgetTarget", "MetricInfo", "parse_targets"]
 
 
-@dataclass(frozen=True)
-class MetricInfo:
-    description: str
-    kind: str  # "classifier" or "tofu"
-    needs_reference: bool = False
-    ideal: float | None = None
-    source: str | None = None  # the callback that measures it, when not the kind's default
-
-METRICS: dict[str, MetricInfo] = {
-    # classifiers (lit_unlearn.verification.classifier)
-    "forget_acc": MetricInfo("accuracy on D_f", "classifier"),
-    "ua": MetricInfo("unlearning accuracy, 1 − accuracy on D_f", "classifier"),
-    "forget_loss": MetricInfo("mean loss on D_f", "classifier"),
-    "forget_loss_median": MetricInfo("median per-example loss on D_f", "classifier"),
-    "delta_forget_loss": MetricInfo("mean loss on D_f minus its value before unlearning", "classifier"),
-    "retain_acc": MetricInfo("accuracy on D_r", "classifier"),
-    "ra": MetricInfo("retain accuracy", "classifier"),
-    "test_acc": MetricInfo("test accuracy", "classifier"),
-    "ta": MetricInfo("test accuracy", "classifier"),
-    "test_forget_class_acc": MetricInfo("test accuracy on the forgotten class", "classifier"),
-    "test_other_classes_acc": MetricInfo("test accuracy on the other classes", "classifier"),
-    "mia_efficacy": MetricInfo("fraction of D_f an SVC membership attack calls non-members", "classifier"),
-    "forget_vs_retrain_auc": MetricInfo("ROC AUC telling D_f losses from the retrained model's (0.5: "
-                                        "indistinguishable)", "classifier", needs_reference=True, ideal=0.5),
-    "avg_gap": MetricInfo("mean |metric − retrained| over UA, RA, TA, MIA-efficacy", "classifier",
-                          needs_reference=True, ideal=0.0),
-    # TOFU (lit_unlearn.metrics.TofuEvaluator)
-    "forget_quality": MetricInfo("KS-test p-value of forget truth ratios against the retain-only model", "tofu",
-                                 needs_reference=True, ideal=1.0),
-    "privleak": MetricInfo("Min-K% MIA AUC relative to the retain-only model's, in % (0: same)", "tofu",
-                           needs_reference=True, ideal=0.0),
-    "forget_vs_retain_only_auc": MetricInfo("ROC AUC telling the model's per-item TOFU forget losses from the "
-                                            "retain-only model's (0.5: indistinguishable)", "tofu",
-                                            needs_reference=True, ideal=0.5),
-    "holdout_band_ratio": MetricInfo("how far the membership attacks' forget-vs-holdout AUC intervals reach from "
-                                     "0.5, over their calibrated margin δ, pooled and per forget author (no "
-                                     "retrained model; passes at ≤ 1)", "tofu", ideal=0.0,
-                                     source="lit_unlearn.callbacks.HoldoutVerification"),
-    "forget_truth_ratio": MetricInfo("TOFU forget truth ratio", "tofu"),
-    "model_utility": MetricInfo("TOFU model utility", "tofu"),
-    "model_utility_ratio": MetricInfo("TOFU model utility over the target's (before unlearning)", "tofu"),
-    "forget_prob": MetricInfo("mean answer probability on the forget split", "tofu"),
-    "forget_loss_tofu": MetricInfo("mean answer NLL on the forget split", "tofu"),
-}
+MetricInfo = MetricUnit  # a target's metric: its unit (lit_unlearn.metrics.metric_units)
+METRICS: dict[str, MetricUnit] = {n: u for n, u in METRIC_UNITS.items() if u.target}
 _OPS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt}
 _THRESHOLD = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
 _BAND = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s+within\s+([0-9.eE+-]+)\s*(%?)\s+of\s+retrain\s*$")
