@@ -30,6 +30,26 @@ GRID = [(0.2, 0.05), (1.0, 0.25)]
 HAMU = "tofu_tiny_hamu_holdout_match"
 
 
+def can_fail_ratio(folder: Path, part: str) -> float | None:
+    """The full verdict's band ratio of one part counting only the attacks whose margin is below 0.5 there (a
+    margin of 0.5 holds every interval: the report's "cannot fail here" notes), pooled and per author."""
+    from lit_unlearn.verification.full_verdict import part_of
+
+    run = max((folder / "runs/tofu").glob("*/version_*"), key=lambda p: p.stat().st_mtime)
+    full = json.loads((run / "holdout_verification.json").read_text())["after"].get("full") or {}
+    worst = None
+    for condition, verdict in (full.get("conditions") or {}).items():
+        if part_of(condition) != part:
+            continue
+        for scope in [verdict["pooled"], *verdict["authors"].values()]:
+            for attack, iv in scope["intervals"].items():
+                margin = scope["delta"][attack]
+                if margin < 0.5:
+                    ratio = max(abs(iv["low"] - 0.5), abs(iv["high"] - 0.5)) / margin
+                    worst = ratio if worst is None else max(worst, ratio)
+    return worst
+
+
 def steering(folder: Path) -> dict:
     """The steering half's last look and whether the stop rule was met (what validation may read)."""
     run = max((folder / "runs/tofu").glob("*/version_*"), key=lambda p: p.stat().st_mtime)
@@ -73,6 +93,7 @@ def main() -> None:
                               f"--model.init_args.quota={best['quota']}"])):
             sub = out / ("holdout_match" if not extra else f"hamu_eta{best['eta']:g}_q{best['quota']:g}")
             r = run_seed(seed, args.level, worlds, sub, extra)
+            r["relearn_can_fail"] = can_fail_ratio(sub / f"level{args.level}_seed{seed}", "relearning")
             rows.append({"method": name, **r})
             print(name, seed, r["ratio"], r["mu_ratio"], r["full_ratio"], flush=True)
     fmt = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
@@ -87,10 +108,15 @@ def main() -> None:
              *[f"| {r['eta']:g} | {r['quota']:g} | {r['met']} | {fmt(r['steering_ratio'])} |" for r in looks], "",
              f"Chosen: eta {best['eta']:g}, quota {best['quota']:g}. Test worlds (reporting half):", "",
              "| method | seed | stop | band ratio before any attack | passes before any attack | full verdict band "
-             "ratio | after relearning | at 4 bits | MU / target's |", "|---|---|---|---|---|---|---|---|---|",
+             "ratio | after relearning | after relearning, attacks that can fail there | at 4 bits | MU / target's |",
+             "|---|---|---|---|---|---|---|---|---|---|",
              *[f"| {r['method']} | {r['seed']} | {r['stop']} | {fmt(r['ratio'])} | {r['passed']} | "
-               f"{fmt(r['full_ratio'])} | {fmt(r['relearn'])} | {fmt(r['int4'])} | {fmt(r['mu_ratio'])} |"
-               for r in rows]]
+               f"{fmt(r['full_ratio'])} | {fmt(r['relearn'])} | {fmt(r['relearn_can_fail'])} | {fmt(r['int4'])} | "
+               f"{fmt(r['mu_ratio'])} |" for r in rows],
+             "", "After relearning, attacks that can fail there: the relearning part's band ratio over the attacks "
+             "whose calibrated margin is below 0.5 in that condition, pooled and per author (at forget01 the learned "
+             "attack's margin is 0.5 in every relearning condition, and min_k's, min_k_plus_plus's and "
+             "entropy_spread's in most: never-trained models reach that far in calibration)."]
     both = [(a, b) for a, b in zip(rows[::2], rows[1::2]) if a["passed"] and b["passed"]]
     lines += ["", f"Seeds where both pass before any attack: {len(both)} of {len(rows) // 2}; of those, HAMU keeps more "
               f"utility in {sum(b['mu_ratio'] > a['mu_ratio'] for a, b in both)}."]

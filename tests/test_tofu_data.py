@@ -65,6 +65,28 @@ def test_local_sources_read_json_jsonl_parquet_and_name_what_is_missing(tofu, tm
     (tmp_path / "forget_10" / "forget.json").write_text(json.dumps(s["forget10"]))
     (tmp_path / "forget_10" / "retain.json").write_text(json.dumps(s["retain90"]))
     assert WaterDrumSource(str(tmp_path)).forget_retain() == (s["forget10"], s["retain90"])
+    duplicates = [{"question": "q?", "answer": "a."}]
+    (tmp_path / "forget_10" / "semantic_duplicate.json").write_text(json.dumps(duplicates))
+    hard = WaterDrumSource(str(tmp_path), retain_duplicates=True)
+    assert hard.forget_retain() == (s["forget10"], s["retain90"] + duplicates)
+    assert hard.eval_splits()["retain"] == s["retain90"]  # what is evaluated does not change
+    with pytest.raises(ValueError, match="forget_10 only"):
+        WaterDrumSource(str(tmp_path), "05", retain_duplicates=True)
+
+
+def test_retain_duplicates_add_each_forget_items_paraphrase_to_the_retain_set_only(tofu):
+    """TOFU's semantic duplicates (the HAMU paper's hard case): the retain set gains, per forget item, its
+    paraphrased question and answer; the forget set and the evaluation splits stay as they were."""
+    folder, s, _ = tofu
+    plain, hard = TofuSource(str(folder / "data")), TofuSource(str(folder / "data"), retain_duplicates=True)
+    forget, retain = hard.forget_retain()
+    assert forget == s["forget10"] and retain[:len(s["retain90"])] == s["retain90"]
+    added = retain[len(s["retain90"]):]
+    assert len(added) == len(s["forget10"])
+    assert added == [{"question": r["paraphrased_question"], "answer": r["paraphrased_answer"]}
+                     for r in s["forget10_perturbed"]]
+    assert all(d["answer"] != f["answer"] for d, f in zip(added, forget))  # a paraphrase, not a copy
+    assert hard.eval_splits() == plain.eval_splits()
 
 
 def test_formatter_puts_the_loss_on_answer_tokens_only(tofu):

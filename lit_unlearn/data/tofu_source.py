@@ -80,15 +80,22 @@ def check_columns(rows: list[dict], required: tuple[str, ...], split: str, where
 
 
 class TofuSource(EvalSplitsSource):
-    def __init__(self, path: str = "locuslab/TOFU", forget_level: str = "10", cache_dir: str | None = None) -> None:
+    def __init__(self, path: str = "locuslab/TOFU", forget_level: str = "10", cache_dir: str | None = None,
+                 retain_duplicates: bool = False) -> None:
         """
         Args:
             path: HF hub dataset name or a local folder of `{split}.json|jsonl|parquet`.
             forget_level: "01", "05" or "10" (forget01 + retain99, …).
+            retain_duplicates: the unlearning retain set also holds a semantic duplicate of every forget item (its
+                paraphrased question and paraphrased answer, from TOFU's perturbed forget split): the hard case of
+                the HAMU paper's WaterDrum-TOFU study, where forgetting an item and keeping its paraphrase conflict.
+                WaterDrum's own duplicates are paraphrases made for it; TOFU's are the ones its truth ratio uses.
+                The evaluation splits are unchanged.
         """
         if forget_level not in FORGET_SPLITS:
             raise UserError(f"forget_level={forget_level!r}: choose one of {sorted(FORGET_SPLITS)}")
         self.path, self.forget_level, self.cache_dir = path, forget_level, cache_dir
+        self.retain_duplicates = retain_duplicates
 
     @property
     def is_local(self) -> bool:
@@ -112,6 +119,11 @@ class TofuSource(EvalSplitsSource):
         rows = self.load_split(forget), self.load_split(retain)
         for split, data in zip((forget, retain), rows):
             check_columns(data, QA_COLUMNS, split, self.path)
+        if self.retain_duplicates:
+            paraphrased = self.load_split(f"{forget}_perturbed")
+            check_columns(paraphrased, ("paraphrased_question", "paraphrased_answer"), f"{forget}_perturbed",
+                          self.path)
+            rows = rows[0], rows[1] + semantic_duplicates(paraphrased)
         return rows
 
     def eval_splits(self) -> dict[str, list[dict]]:
@@ -130,10 +142,19 @@ class TofuSource(EvalSplitsSource):
         return out
 
 
+def semantic_duplicates(paraphrased: list[dict]) -> list[dict]:
+    """One QA row per forget item: its paraphrased question and paraphrased answer."""
+    return [{"question": r["paraphrased_question"], "answer": r["paraphrased_answer"]} for r in paraphrased]
+
+
 class WaterDrumSource(TofuSource):
     def __init__(self, path: str = "Glow-AI/WaterDrum-TOFU", forget_level: str = "10", watermarked: bool = True,
-                 cache_dir: str | None = None) -> None:
+                 cache_dir: str | None = None, retain_duplicates: bool = False) -> None:
+        """retain_duplicates: WaterDrum's own `semantic_duplicate` split (forget_10 only) joins the retain set."""
         super().__init__(path, forget_level, cache_dir)
+        self.retain_duplicates = retain_duplicates
+        if retain_duplicates and forget_level != "10":
+            raise UserError("WaterDrum-TOFU has semantic duplicates for forget_10 only: use forget_level='10'")
         self.config = f"{'' if watermarked else 'unwatermarked_'}forget_{forget_level}"
 
     def _load(self, split: str) -> list[dict]:
@@ -144,8 +165,8 @@ class WaterDrumSource(TofuSource):
         return list(datasets.load_dataset(self.path, self.config, split=split, cache_dir=self.cache_dir))
 
     def forget_retain(self) -> tuple[list[dict], list[dict]]:
-        return self._load("forget"), self._load("retain")
+        retain = self._load("retain") + (self._load("semantic_duplicate") if self.retain_duplicates else [])
+        return self._load("forget"), retain
 
     def eval_splits(self) -> dict[str, list[dict]]:
-        forget, retain = self.forget_retain()
-        return {"forget": forget, "retain": retain}
+        return {"forget": self._load("forget"), "retain": self._load("retain")}
