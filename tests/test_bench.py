@@ -207,3 +207,26 @@ def test_a_method_whose_name_holds_commas_can_be_chosen_on_the_command_line():
         ["GA", "OFMU (separate clip, holdout ceiling)", "NPO"]
     assert split_method_names("OFMU,GA", names) == ["OFMU", "GA"]  # a prefix of a longer name is itself
     assert split_method_names("Foo,OFMU (separate clip", names) == ["Foo", "OFMU (separate clip"]  # left to the error
+
+
+def test_the_papers_selection_reads_forget_quality_and_the_report_says_so(tmp_path):
+    """selection: forget_quality (the OFMU paper's reproduction) picks the largest FQ among points keeping utility;
+    the packaged paper config parses; an unknown rule is a one-line error."""
+    from lit_unlearn.bench.adapters import TofuBenchmark
+    from lit_unlearn.errors import UserError
+    from lit_unlearn.packaged_files import packaged_config
+
+    spec = load_bench_spec(packaged_config("bench_tofu_ofmu_paper", ("bench",), "bench"))
+    assert spec.selection == "forget_quality" and {m.name for m in spec.methods} == {"GA", "GradDiff", "NPO", "RMU",
+                                                                                     "OFMU"}
+    rows = [{"point": {"lr": 1}, "MU": 0.60, "FQ (gold)": 0.40, "band ratio (steering)": 1.5},
+            {"point": {"lr": 2}, "MU": 0.64, "FQ (gold)": 0.10, "band ratio (steering)": 0.9},
+            {"point": {"lr": 3}, "MU": 0.20, "FQ (gold)": 0.90, "band ratio (steering)": 1.0}]
+    bench = TofuBenchmark()
+    assert bench.select(rows, {"MU": 0.66}, 0.9, "forget_quality")[0] == {"lr": 1}
+    assert bench.select(rows, {"MU": 0.66}, 0.9)[0] == {"lr": 2}  # the default rule reads the verdict
+    assert "forget quality" in bench.criterion_for("forget_quality")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("selection: fq\nmethods: {GA: {class_path: lit_unlearn.modules.GAModule}}\n")
+    with pytest.raises(UserError, match="selection 'fq': choose one of"):
+        load_bench_spec(bad)

@@ -66,6 +66,12 @@ def _best(rows: list[dict], key, ok) -> dict | None:
 
 
 class _Benchmark:
+    criteria: dict[str, str] = {}
+
+    def criterion_for(self, selection: str = "verdict") -> str:
+        """The validation rule as the report states it."""
+        return self.criterion if selection == "verdict" else self.criteria[selection]
+
     def __init__(self) -> None:
         self._evaluators: dict[tuple[str, str], Any] = {}
 
@@ -100,6 +106,8 @@ class TofuBenchmark(_Benchmark):
     figure = ("MU", "band ratio", False)  # x, y, log y
     criterion = ("the smallest band ratio of the reference-free verification on the steering half among points "
                  "keeping model utility >= {floor:g} x the target's (no retain-only model read)")
+    criteria = {"forget_quality": "the largest forget quality against the validation world's retain-only model (the "
+                                  "papers' criterion) among points keeping model utility >= {floor:g} x the target's"}
 
     def levels(self, spec) -> list[str]:
         return list(spec.forget_levels)
@@ -242,7 +250,17 @@ class TofuBenchmark(_Benchmark):
         (out / "verdict.md").write_text(verdict.table() + "\n")
         return full_verdict_columns(verdict)
 
-    def select(self, rows: list[dict], target: dict, floor: float) -> tuple[dict, str]:
+    def select(self, rows: list[dict], target: dict, floor: float, selection: str = "verdict"
+               ) -> tuple[dict, str]:
+        if selection == "forget_quality":  # the papers' criterion: it reads the retain-only model
+            best = _best(rows, lambda r: (r["FQ (gold)"], r["MU"]),
+                         lambda r: r["MU"] is not None and r.get("FQ (gold)") is not None
+                         and r["MU"] >= floor * target["MU"])
+            if best:
+                return best["point"], (f"largest forget quality (against the validation world's retain-only model) "
+                                       f"with MU >= {floor:g} x target's")
+            best = max(rows, key=lambda r: r["MU"] if r["MU"] is not None else -math.inf)
+            return best["point"], f"no point kept MU >= {floor:g} x target's: max MU"
         best = _best(rows, lambda r: (-r["band ratio (steering)"], r["MU"]),
                      lambda r: r["MU"] is not None and r.get("band ratio (steering)") is not None
                      and r["MU"] >= floor * target["MU"])
@@ -320,7 +338,10 @@ class MuseBenchmark(_Benchmark):
                                                   max_length=int(spec.data.get("max_length", 2048)))
         return self._evaluators[key].run(network).summary
 
-    def select(self, rows: list[dict], target: dict, floor: float) -> tuple[dict, str]:
+    def select(self, rows: list[dict], target: dict, floor: float, selection: str = "verdict"
+               ) -> tuple[dict, str]:
+        if selection != "verdict":
+            raise UserError("MUSE's bench chooses by |PrivLeak| (selection: verdict); forget quality is TOFU's")
         best = _best(rows, lambda r: (-abs(r["PrivLeak"]), r["KnowMem_r"]),
                      lambda r: r["KnowMem_r"] is not None and r["PrivLeak"] is not None
                      and r["KnowMem_r"] >= floor * target["KnowMem_r"])

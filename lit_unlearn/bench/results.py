@@ -94,7 +94,7 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
              f"{spec.batch_size}, seeds {spec.seeds})", "",
              "Mean over seeds ± the half-width of its 95 % t-interval (results.csv has the std too). "
              "Hyper-parameters chosen on the validation world: "
-             f"{bench.criterion.format(floor=spec.utility_floor)}. Target = before unlearning.", ""]
+             f"{bench.criterion_for(spec.selection).format(floor=spec.utility_floor)}. Target = before unlearning.", ""]
     for level in sorted({r["level"] for r in table}):
         lines += [f"## {bench.level_title(level)}", "",
                   "| method | hyper-parameters | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]

@@ -152,7 +152,7 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
         target_val = run(val, None, {}, val_level, spec.seeds[0], "validation")
         for m in methods:
             rows = [run(val, m, p, val_level, spec.seeds[0], "validation") for p in m.grid_points()]
-            chosen[(m.name, val_level)] = bench.select(rows, target_val, spec.utility_floor)
+            chosen[(m.name, val_level)] = bench.select(rows, target_val, spec.utility_floor, spec.selection)
             log(f"  {m.name}: chose {chosen[(m.name, val_level)][0]} ({chosen[(m.name, val_level)][1]})")
     log("== every method x forget level x seed on the test world" + ("s" if len(set(
         w.name for w in tests.values())) > 1 else "") + " ==")

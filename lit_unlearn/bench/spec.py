@@ -32,6 +32,7 @@ from lit_unlearn.specs import read_spec_file
 __all__ = ["MethodSpec", "BenchSpec", "load_bench_spec", "split_method_names"]
 
 LEVELS = ("01", "05", "10")
+SELECTIONS = ("verdict", "forget_quality")
 
 
 @dataclass
@@ -65,6 +66,10 @@ class BenchSpec:
     max_new_tokens: int | None = None   # None: enough for ≥ 95 % of each split's reference answers
     validation_level: str = "all"   # a forget level, or "all" (the grid chosen at every level on its own)
     utility_floor: float = 0.9
+    # how the validation world chooses a method's point: "verdict" (the smallest steering band ratio; reads no
+    # retain-only model) or "forget_quality" (the largest forget quality against the validation world's retain-only
+    # model: the OFMU and NPO papers' own criterion, for reproducing their tables; the report says which)
+    selection: str = "verdict"
     out_dir: str = "runs/bench_tofu"
     data: dict[str, Any] = field(default_factory=lambda: {"kind": "world", "validation_seed": 100})
     trainer: dict[str, Any] = field(default_factory=dict)
@@ -104,6 +109,8 @@ def load_bench_spec(path: str | Path) -> BenchSpec:
         raise UserError(f"{path}: unknown bench keys {sorted(unknown)}; known: "
                         f"{sorted(k for k in BenchSpec.__dataclass_fields__ if k != 'methods')}")
     spec = BenchSpec(methods=methods, **raw)
+    if spec.selection not in SELECTIONS:
+        raise UserError(f"{path}: selection {spec.selection!r}: choose one of {SELECTIONS}")
     spec.forget_levels = [str(x).zfill(2) for x in spec.forget_levels]
     bad = [x for x in spec.forget_levels if x not in LEVELS]
     if bad:

@@ -12,7 +12,7 @@ from lit_unlearn.commands import command
                              "lit-unlearn bench --preset bench_muse_tiny"))
 def bench(preset: str = "bench_tofu_tiny", config: str | None = None, out: str | None = None,
           methods: str | None = None, levels: str | None = None, seeds: str | None = None,
-          steps: int | None = None) -> None:
+          steps: int | None = None, epochs: float | None = None) -> None:
     """Every LLM unlearning method under one setting (same target, retain-only references, step budget and
     evaluation), hyper-parameters chosen per method on a validation world. Interrupted? Run the same command
     again: finished runs are read back from OUT/runs.jsonl and an interrupted run resumes from its checkpoint.
@@ -25,6 +25,7 @@ def bench(preset: str = "bench_tofu_tiny", config: str | None = None, out: str |
         levels: comma-separated forget levels (01,05,10)
         seeds: comma-separated seeds
         steps: override the step budget
+        epochs: override the budget in epochs over each forget set (a budget curve: one OUT per value)
     """
     from lit_unlearn.bench import load_bench_spec, run_bench
     from lit_unlearn.bench.spec import split_method_names
@@ -37,7 +38,9 @@ def bench(preset: str = "bench_tofu_tiny", config: str | None = None, out: str |
     if seeds:
         spec.seeds = [int(x) for x in seeds.split(",")]
     if steps:
-        spec.steps = steps
+        spec.steps, spec.epochs = steps, None  # a step budget given here wins over the config's epochs
+    if epochs:
+        spec.epochs = epochs
     only = split_method_names(methods, [m.name for m in spec.methods]) if methods else None
     results = run_bench(spec, out, only, log=say)
     say("\n" + results.read_text())
