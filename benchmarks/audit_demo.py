@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ def main() -> None:
     ap.add_argument("--write", default=None)
     args = ap.parse_args()
     run = max(Path(args.run).glob("runs/tofu/*/version_*"), key=lambda p: p.stat().st_mtime)
-    world = (Path(args.run) / "runs/tofu/world").resolve()
+    world = Path(os.path.relpath((Path(args.run) / "runs/tofu/world").resolve()))  # the world the link points to
     level = json.loads((run / "holdout_verification.json").read_text())["level"]
     command = ["audit", "--model", str(run / "model"), "--data", str(world / "data"), "--level", level, "--target",
                str(world / "target"), "--retain-only", str(world / f"retain_only_{level}"), "--reference-model",
