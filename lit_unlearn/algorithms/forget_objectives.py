@@ -14,9 +14,9 @@ verdict can be given apart on the attacks it does not read.
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor
 
+from lit_unlearn.algorithms.losses import npo_item_losses
 from lit_unlearn.algorithms.token_profile import profile_distance
 
 __all__ = ["FORGET_OBJECTIVES", "READS", "npo_gain", "profile_gain"]
@@ -27,11 +27,8 @@ READS = {"nll": frozenset({"surprisal"}), "npo": frozenset({"surprisal"}),
 
 
 def npo_gain(logprob: Tensor, reference_logprob: Tensor, beta: float) -> Tensor:
-    """Each item's −NPO_β term, (2/β)·log σ(−β·(log p_θ − log p_ref)), from its summed answer log-probability
-    [B]; their mean is −NPO_β (lit_unlearn.algorithms.losses.npo_loss)."""
-    if beta <= 0:
-        raise ValueError(f"NPO needs beta > 0, got {beta}")
-    return (2.0 / beta) * F.logsigmoid(-beta * (logprob - reference_logprob))
+    """Each item's −NPO_β term from its summed answer log-probability [B]; their mean is −NPO_β."""
+    return -npo_item_losses(logprob, reference_logprob, beta)
 
 
 def profile_gain(surprisal: Tensor, z: Tensor, mask: Tensor, grid_surprisal, grid_z, z_weight: float) -> Tensor:

@@ -22,6 +22,7 @@ __all__ = [
     "kl_to_reference",
     "mean_nll",
     "npo_loss",
+    "npo_item_losses",
     "rmu_control_vector",
     "sequence_logprob",
     "simnpo_loss",
@@ -146,9 +147,14 @@ def npo_loss(logprob: Tensor, reference_logprob: Tensor, beta: float = 0.1) -> T
     Its gradient is GA's, reweighted by 2·σ(β·(log p_θ − log p_ref)): examples already forgotten (log-ratio
     ≪ 0) stop pushing, which is what keeps NPO from GA's collapse.
     """
+    return npo_item_losses(logprob, reference_logprob, beta).mean()
+
+
+def npo_item_losses(logprob: Tensor, reference_logprob: Tensor, beta: float = 0.1) -> Tensor:
+    """Each example's NPO term, −(2/β)·log σ(−β·(log p_θ − log p_ref)), shape [B]; npo_loss is their mean."""
     if beta <= 0:
         raise ValueError(f"NPO needs beta > 0, got {beta}")
-    return -(2.0 / beta) * F.logsigmoid(-beta * (logprob - reference_logprob)).mean()
+    return -(2.0 / beta) * F.logsigmoid(-beta * (logprob - reference_logprob))
 
 
 def target_counts(labels: Tensor, ignore_index: int = IGNORE_INDEX) -> Tensor:

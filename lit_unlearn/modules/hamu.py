@@ -214,10 +214,7 @@ class HAMUModule(UnlearningModule, QuotaSteered, UpdateGuarded):
         self.forget_objective, self.npo_beta, self.profile_z_weight = forget_objective, npo_beta, profile_z_weight
         self._reference: nn.Module | None = None
         if forget_objective == "npo":  # frozen, not a submodule: rebuilt from the target on resume, not saved
-            ref = copy.deepcopy(network).eval()
-            for p in ref.parameters():
-                p.requires_grad_(False)
-            object.__setattr__(self, "_reference", ref)
+            self.hold_frozen_reference(copy.deepcopy(network))
         self._profile_source = None
         self.preconditioner = DiagonalPreconditioner() if preconditioner == "adam" else None
         self._holdout_source = None

@@ -45,10 +45,7 @@ class ObjectiveUnlearningModule(UnlearningModule):
         self.lr, self.optimizer_name, self.momentum, self.weight_decay = lr, optimizer, momentum, weight_decay
         self._reference: nn.Module | None = None
         if self.uses_reference:
-            ref = self.make_reference(network).eval()
-            for p in ref.parameters():
-                p.requires_grad_(False)
-            object.__setattr__(self, "_reference", ref)  # bypass nn.Module registration (see module docstring)
+            self.hold_frozen_reference(self.make_reference(network))  # not registered (see module docstring)
 
     # ----- hooks ---------------------------------------------------------------------------------------------------
     def objective(self, retain_batch, forget_batch) -> tuple[Tensor, dict[str, Tensor | float]]:

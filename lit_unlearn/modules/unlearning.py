@@ -135,6 +135,15 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule):
         entropy = sequence_entropy(logits, labels) if with_entropy else None
         return nll, entropy, self.item_count(labels.shape[0], nll.device), token_past
 
+    def hold_frozen_reference(self, reference: nn.Module) -> nn.Module:
+        """Keep `reference` as `self._reference`: in eval mode, without gradients, and not a registered submodule, so
+        checkpoints do not store a second model (a resumed run rebuilds it from the target as the first did)."""
+        reference.eval()
+        for p in reference.parameters():
+            p.requires_grad_(False)
+        object.__setattr__(self, "_reference", reference)
+        return reference
+
     def item_count(self, local: int, device=None) -> float:
         """What a rank divides its sum of per-item values by so that the ranks' average is the global batch's
         mean: the global item count over the world size (the local count in one process)."""
