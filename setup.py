@@ -9,6 +9,9 @@ from setuptools import setup
 
 PACKAGES = [
     "lit_unlearn",
+    "lit_unlearn.core",
+    "lit_unlearn.storage",
+    "lit_unlearn.reporting",
     "lit_unlearn.algorithms",
     "lit_unlearn.audit",
     "lit_unlearn.distill",
@@ -19,6 +22,8 @@ PACKAGES = [
     "lit_unlearn.experiments",
     "lit_unlearn.launch",
     "lit_unlearn.metrics",
+    "lit_unlearn.metrics.tofu",
+    "lit_unlearn.metrics.muse",
     "lit_unlearn.models",
     "lit_unlearn.modules",
     "lit_unlearn.verification",

@@ -251,7 +251,7 @@ def main() -> int:
                     help="also profile one extra step of each single-GPU run (not timed; the table goes to the JSON)")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    from lit_unlearn.quiet import silence_library_noise
+    from lit_unlearn.core.quiet import silence_library_noise
 
     silence_library_noise()
     for name in ("lightning.pytorch", "lightning.fabric", "DeepSpeed"):

@@ -23,7 +23,7 @@ def main() -> None:
     ap.add_argument("--worlds", default="runs/tofu/worlds")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
-    from lit_unlearn.batches import logits_and_labels
+    from lit_unlearn.core.batches import logits_and_labels
     from lit_unlearn.data import TofuSource
     from lit_unlearn.data.tofu import QAFormatter, pad_collate
     from lit_unlearn.data.tokenizer import load_tokenizer

@@ -121,7 +121,7 @@ def table(rows: list[dict]) -> str:
 
 
 def figure(rows: list[dict], path: Path) -> None:
-    from lit_unlearn.plotting import pyplot
+    from lit_unlearn.reporting.plotting import pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))

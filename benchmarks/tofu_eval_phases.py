@@ -45,8 +45,9 @@ def main() -> None:
     import_seconds = statistics.median(float(p[0]) for p in probes)
 
     from lit_unlearn.data import TofuSource
-    from lit_unlearn.metrics import TofuEvaluator, tofu_eval, tofu_rouge, tofu_scoring
-    from lit_unlearn.metrics.tofu_scoring import split_pairs
+    from lit_unlearn.metrics import TofuEvaluator
+    from lit_unlearn.metrics.tofu import evaluator as tofu_eval, rouge as tofu_rouge, scoring as tofu_scoring
+    from lit_unlearn.metrics.tofu.scoring import split_pairs
     from lit_unlearn.models.loading import load_causal_lm
 
     if args.world:

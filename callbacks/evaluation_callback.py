@@ -8,8 +8,8 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
-from lit_unlearn.console import say
-from lit_unlearn.plug_points import require
+from lit_unlearn.core.console import say
+from lit_unlearn.core.plug_points import require
 
 __all__ = ["EvaluationCallback"]
 

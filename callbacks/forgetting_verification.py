@@ -14,9 +14,9 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from lit_unlearn.console import say
+from lit_unlearn.core.console import say
 from lit_unlearn.callbacks.metric_source import MetricSource
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.modules.unlearning import UnlearningModule
 from lit_unlearn.verification import CLASSIFIER_METRICS, ClassifierVerifier, Measures, RetrainedReference
 from lit_unlearn.verification.classifier import REFERENCE_METRICS

@@ -34,11 +34,11 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from lit_unlearn.console import say
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.console import say
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.callbacks.metric_source import MetricSource
-from lit_unlearn.eval_mode import eval_mode
-from lit_unlearn.plug_points import EvalSplitsSource, HoldoutLossSource, HoldoutProfileSource, require
+from lit_unlearn.core.eval_mode import eval_mode
+from lit_unlearn.core.plug_points import EvalSplitsSource, HoldoutLossSource, HoldoutProfileSource, require
 
 __all__ = ["HoldoutVerification", "UTILITY_METRICS", "BAND"]
 
@@ -158,7 +158,7 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
         # Both halves answer in the budget of the whole splits, the TOFU report's: model utility (the stop rule's
         # ratio, the reported ratio, the report's) is then one measure, whichever half's evaluator computed it.
         from lit_unlearn.data.tofu import MAX_LENGTH
-        from lit_unlearn.metrics.tofu_rouge import answer_budget
+        from lit_unlearn.metrics.tofu.rouge import answer_budget
         from lit_unlearn.verification.verdict_runner import VerdictRunner
 
         self._budget = self.max_new_tokens or answer_budget(self._tokenizer, splits)["max_new_tokens"]

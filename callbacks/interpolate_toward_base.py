@@ -18,7 +18,7 @@ from pathlib import Path
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from lit_unlearn.errors import MissingFileError, UserError
+from lit_unlearn.core.errors import MissingFileError, UserError
 
 __all__ = ["InterpolateTowardBase"]
 
@@ -63,7 +63,7 @@ def _base_tensors(base: str, names: set[str]) -> dict:
     """The base's tensors of these names, read from its safetensors files one tensor at a time."""
     from safetensors import safe_open
 
-    from lit_unlearn.hub import resolve_pretrained
+    from lit_unlearn.core.hub import resolve_pretrained
 
     folder = Path(resolve_pretrained(base, "base model"))
     if not folder.is_dir():

@@ -15,8 +15,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from lit_unlearn.errors import UserError
-from lit_unlearn.plug_points import UpdateGuarded, require
+from lit_unlearn.core.errors import UserError
+from lit_unlearn.core.plug_points import UpdateGuarded, require
 
 __all__ = ["KappaEarlyStopping"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from lit_unlearn.plug_points import plug_points
+from lit_unlearn.core.plug_points import plug_points
 
 __all__ = ["MetricSource", "metric_sources"]
 

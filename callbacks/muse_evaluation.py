@@ -5,7 +5,7 @@ asked), log VerbMem / KnowMem / PrivLeak / ES / EM to the trainer's loggers (Ten
 from __future__ import annotations
 
 from lit_unlearn.callbacks.evaluation_callback import EvaluationCallback
-from lit_unlearn.plug_points import TextsSource
+from lit_unlearn.core.plug_points import TextsSource
 
 __all__ = ["MuseEvaluation"]
 
@@ -31,7 +31,7 @@ class MuseEvaluation(EvaluationCallback):
         self.batch_size, self.max_length = batch_size, max_length
 
     def _build_evaluator(self, trainer, source):
-        from lit_unlearn.metrics.muse_eval import MuseEvaluator
+        from lit_unlearn.metrics.muse.evaluator import MuseEvaluator
 
         return MuseEvaluator(trainer.datamodule.tokenizer, source, self.verbmem_tokens, self.knowmem_tokens,
                              self.batch_size, self.reference, self.retrain_auc, max_length=self.max_length)

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from lit_unlearn.console import say
+from lit_unlearn.core.console import say
 
 __all__ = ["Preemption", "Preempted", "PREEMPTION_SIGNALS"]
 

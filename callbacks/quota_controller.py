@@ -24,8 +24,8 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback
 
 from lit_unlearn.algorithms.quota import escalated_goal, steer
-from lit_unlearn.errors import UserError
-from lit_unlearn.plug_points import ForgetLossGoal, QuotaSteered, plug_points, require
+from lit_unlearn.core.errors import UserError
+from lit_unlearn.core.plug_points import ForgetLossGoal, QuotaSteered, plug_points, require
 
 __all__ = ["QuotaController"]
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.algorithms.ofmu import rho_at
-from lit_unlearn.plug_points import RhoScheduled, require
+from lit_unlearn.core.plug_points import RhoScheduled, require
 
 __all__ = ["RhoScheduler"]
 

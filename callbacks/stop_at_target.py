@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from lit_unlearn.console import say
-from lit_unlearn.errors import UserError
-from lit_unlearn.plug_points import ForgetLossGoal
+from lit_unlearn.core.console import say
+from lit_unlearn.core.errors import UserError
+from lit_unlearn.core.plug_points import ForgetLossGoal
 from lit_unlearn.verification.targets import ForgetTarget, parse_targets
 
 __all__ = ["StopAtTarget"]

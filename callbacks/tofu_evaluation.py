@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from lit_unlearn.callbacks.evaluation_callback import EvaluationCallback
 from lit_unlearn.callbacks.metric_source import MetricSource
-from lit_unlearn.plug_points import EvalSplitsSource
+from lit_unlearn.core.plug_points import EvalSplitsSource
 
 __all__ = ["TofuEvaluation"]
 
@@ -61,8 +61,8 @@ class TofuEvaluation(EvaluationCallback, MetricSource):
 
         get_convention(mia_convention)  # a typo fails at construction, not after training
         if metrics is not None:
-            from lit_unlearn.errors import UserError, did_you_mean
-            from lit_unlearn.metrics.tofu_eval import PASSES, TARGET_METRICS
+            from lit_unlearn.core.errors import UserError, did_you_mean
+            from lit_unlearn.metrics.tofu.evaluator import PASSES, TARGET_METRICS
 
             known = {**TARGET_METRICS, **PASSES}
             for name in metrics:
@@ -92,7 +92,7 @@ class TofuEvaluation(EvaluationCallback, MetricSource):
             return self.reference
         from pathlib import Path
 
-        from lit_unlearn.errors import MissingFileError
+        from lit_unlearn.core.errors import MissingFileError
 
         source = getattr(trainer.datamodule, "source", None)
         path = Path(getattr(source, "path", "")).parent / f"retain_only_{getattr(source, 'forget_level', '10')}_eval.json"
@@ -108,7 +108,7 @@ class TofuEvaluation(EvaluationCallback, MetricSource):
             self.start_summary = dict(report.summary)
             evaluator = self._get_evaluator(trainer)
             evaluator.baseline = self.start_summary
-            from lit_unlearn.metrics.tofu_verification import tofu_verification
+            from lit_unlearn.metrics.tofu.verification import tofu_verification
 
             report.verification = tofu_verification(report.summary, report.per_item, evaluator.reference,
                                                     self.start_summary)
@@ -141,7 +141,7 @@ class TofuEvaluation(EvaluationCallback, MetricSource):
         return self.reference is not None
 
     def available(self, metric: str) -> bool:
-        from lit_unlearn.metrics.tofu_eval import TARGET_METRICS
+        from lit_unlearn.metrics.tofu.evaluator import TARGET_METRICS
 
         return metric in TARGET_METRICS and (self.has_reference or metric not in ("forget_quality", "privleak",
                                                                              "forget_vs_retain_only_auc"))
@@ -174,7 +174,7 @@ class TofuEvaluation(EvaluationCallback, MetricSource):
     def forget_loss_goal(self, trainer=None, pl_module=None) -> float | None:
         """The retain-only model's mean answer NLL on the forget split (a gold-standard goal: it needs that
         model; lit_unlearn.callbacks.HoldoutVerification steers without one)."""
-        from lit_unlearn.metrics.tofu_verification import mean_forget_nll
+        from lit_unlearn.metrics.tofu.verification import mean_forget_nll
 
         return mean_forget_nll(self._reference_report())
 
@@ -182,7 +182,7 @@ class TofuEvaluation(EvaluationCallback, MetricSource):
         return None
 
     def target_values(self, trainer, pl_module, names=None) -> dict[str, float]:
-        from lit_unlearn.metrics.tofu_eval import TARGET_METRICS
+        from lit_unlearn.metrics.tofu.evaluator import TARGET_METRICS
 
         names = list(names or TARGET_METRICS)
         report = self._get_evaluator(trainer).run(pl_module.network, pl_module.device, only=names)

@@ -9,7 +9,7 @@ Function commands are parsed from their entry point's signature (jsonargparse: `
 value` / `--name=value`, dashes or underscores); training commands take their own options, then LightningCLI's
 (`lit_unlearn.launch.arguments`). A user error (a bad value, a missing file, an unknown key) is one line on
 stderr and exit code 2; `--debug` shows its traceback. Errors that are the tool's own fault keep their traceback.
-`--verbose` shows the libraries' info lines and warnings that are hidden by default (lit_unlearn.quiet). Nothing
+`--verbose` shows the libraries' info lines and warnings that are hidden by default (lit_unlearn.core.quiet). Nothing
 heavy (Lightning, torch, transformers) is imported before a command runs.
 """
 
@@ -21,14 +21,14 @@ import sys
 from collections.abc import Sequence
 
 from lit_unlearn.commands import Command, all_commands
-from lit_unlearn.errors import RunFailed, UserError, did_you_mean, user_error_message
+from lit_unlearn.core.errors import RunFailed, UserError, did_you_mean, user_error_message
 
 __all__ = ["main", "top_help", "command_help", "parse_function_arguments"]
 
 
 def top_help(commands: dict[str, Command]) -> str:
     from lit_unlearn.launch.presets import describe_configs
-    from lit_unlearn.packaged_files import KINDS
+    from lit_unlearn.storage.packaged_files import KINDS
 
     lines = ["usage: lit-unlearn [--verbose] [--debug] COMMAND [options]", "",
              "Machine unlearning with PyTorch Lightning: HAMU, OFMU and the baselines, verified against a model",
@@ -177,7 +177,7 @@ def _main(argv: list[str] | None = None) -> None:
         return
     name, rest = argv[0], argv[1:]
     if not verbose:
-        from lit_unlearn.quiet import silence_library_noise
+        from lit_unlearn.core.quiet import silence_library_noise
 
         silence_library_noise()
     try:

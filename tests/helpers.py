@@ -106,7 +106,7 @@ def gradient_ascent_on_forget(world, lr: float, steps: int, level: str = "01"):
     its forget split: a shallowly or (at a high lr) over-forgotten model, written out without any trainer."""
     import torch
 
-    from lit_unlearn.batches import logits_and_labels
+    from lit_unlearn.core.batches import logits_and_labels
     from lit_unlearn.data import TofuSource
     from lit_unlearn.data.qa_format import QAFormatter, pad_collate
     from lit_unlearn.data.tokenizer import load_tokenizer

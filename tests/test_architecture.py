@@ -3,6 +3,7 @@ layer to a higher one (docs/architecture.md), the command line's help paths impo
 command is one file in lit_unlearn/commands."""
 
 import ast
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -12,12 +13,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 # Lowest first. A module may import its own layer and the layers below it, never one above.
 LAYERS = [
-    ("base", ["errors", "console", "quiet", "hub", "eval_mode", "batches", "tensorboard", "trajectory_plot",
-              "plotting", "files", "checkpoint_io", "checkpoints", "specs", "packaged_files", "process", "plug_points",
-              "__init__"]),
+    ("base", ["core", "storage", "reporting", "__init__"]),
     ("algorithms", ["algorithms"]),
-    ("data, models, metrics, verification", ["results_tables", "data", "models", "metrics", "distributed",
-                                              "verification"]),
+    ("data, models, metrics, verification", ["data", "models", "metrics", "distributed", "verification"]),
     ("modules", ["modules"]),
     ("callbacks", ["callbacks"]),
     ("launch", ["launch"]),
@@ -70,6 +68,12 @@ def _graph():
 def _layer(module: str) -> int:
     part = module.split(".")[1] if module.count(".") else "__init__"
     return LAYER_OF[part]
+
+
+def test_the_package_root_holds_only_the_dispatcher():
+    loose = sorted(p.name for p in (REPO / "lit_unlearn").glob("*.py"))
+    assert loose == ["__init__.py", "__main__.py", "cli.py"], (
+        f"put these in the folder of their layer (docs/architecture.md): {sorted(set(loose) - {'__init__.py', '__main__.py', 'cli.py'})}")
 
 
 def test_every_module_has_a_layer():
@@ -125,10 +129,10 @@ def test_no_import_cycle():
 
 def test_the_checks_find_a_planted_cycle_and_upward_import():
     graph = _graph()
-    assert "lit_unlearn.errors" in graph["lit_unlearn.cli"]  # the dispatcher imports the errors module
-    graph["lit_unlearn.errors"] = graph["lit_unlearn.errors"] | {"lit_unlearn.cli"}  # planted: base → dispatcher
-    assert _upward(graph) == ["lit_unlearn.errors (base) imports lit_unlearn.cli (dispatcher)"]
-    assert any({"lit_unlearn.cli", "lit_unlearn.errors"} <= set(c) for c in _cycles(graph))
+    assert "lit_unlearn.core.errors" in graph["lit_unlearn.cli"]  # the dispatcher imports the errors module
+    graph["lit_unlearn.core.errors"] = graph["lit_unlearn.core.errors"] | {"lit_unlearn.cli"}  # planted: base → dispatcher
+    assert _upward(graph) == ["lit_unlearn.core.errors (base) imports lit_unlearn.cli (dispatcher)"]
+    assert any({"lit_unlearn.cli", "lit_unlearn.core.errors"} <= set(c) for c in _cycles(graph))
 
 
 @pytest.mark.parametrize("args", [["--help"], ["configs"], ["tofu-eval", "--help"], ["unlearn", "--help"],
@@ -173,7 +177,7 @@ def test_adding_a_command_is_one_file(tmp_path):
 def _plug_names() -> dict[str, set[str]]:
     """The names each side offers the other: the methods the callbacks' classes define (read by modules), the
     modules' (read by callbacks), and every plug point's members (read by either)."""
-    import lit_unlearn.plug_points as plugs
+    import lit_unlearn.core.plug_points as plugs
 
     def defined(paths):
         return {n.name for p in paths for n in ast.walk(ast.parse(p.read_text()))
@@ -201,7 +205,7 @@ def _found_by_shape(source: str, names: set[str]) -> list[str]:
 
 def test_modules_and_callbacks_find_each_other_through_declared_plug_points_only():
     """No module finds a callback, and no callback a module, by probing for an attribute
-    (lit_unlearn.plug_points: the offering class declares the Protocol, `plug_point` finds it)."""
+    (lit_unlearn.core.plug_points: the offering class declares the Protocol, `plug_point` finds it)."""
     names = _plug_names()
     assert {"holdout_loss", "holdout_token_profile", "loss_goal", "quota_policy", "rho"} <= names["modules"]
     found = {f"{side}/{p.name}": hits for side, folder in (("callbacks", REPO / "callbacks"),
@@ -216,8 +220,8 @@ def test_a_missing_plug_point_is_one_line_at_the_start_of_fit():
     from lightning.pytorch.callbacks import Callback
 
     from lit_unlearn.callbacks import HoldoutVerification, QuotaController, RhoScheduler, StopAtTarget
-    from lit_unlearn.errors import UserError
-    from lit_unlearn.plug_points import (ForgetLossGoal, HoldoutLossSource, HoldoutProfileSource, QuotaSteered,
+    from lit_unlearn.core.errors import UserError
+    from lit_unlearn.core.plug_points import (ForgetLossGoal, HoldoutLossSource, HoldoutProfileSource, QuotaSteered,
                                          RhoScheduled, declares, plug_point)
 
     class LooksLikeOne(Callback):  # the shape without the declaration is not a plug
@@ -263,12 +267,12 @@ def test_the_private_lightning_cli_api_we_mirror_is_the_pinned_one():
 
 
 def test_the_spec_files_have_one_loader(tmp_path):
-    """bench, experiment suite, audit and distillation configs are read by lit_unlearn.specs.read_spec_file: none of
+    """bench, experiment suite, audit and distillation configs are read by lit_unlearn.storage.specs.read_spec_file: none of
     their packages parses YAML itself, and each refuses a file that is not a mapping with the same one-line error."""
     from lit_unlearn.audit.spec import load_audit_spec
     from lit_unlearn.bench.spec import load_bench_spec
     from lit_unlearn.distill.spec import load_distill_spec
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
     from lit_unlearn.experiments.suite import load_config
 
     for package in ("bench", "experiments", "audit", "distill"):
@@ -284,3 +288,33 @@ def test_the_spec_files_have_one_loader(tmp_path):
     typo.write_text("relearn_lr: [1.0e-4]\n")
     with pytest.raises(UserError, match="unknown key 'relearn_lr' \\(did you mean 'relearn_lrs'"):
         load_audit_spec(typo)
+
+
+def test_the_shared_constructor_arguments_live_on_one_base():
+    """target_ckpt, freeze_batchnorm and log_every_n_steps are UnlearningModule's, lr, optimizer, momentum and
+    weight_decay ObjectiveUnlearningModule's: a method restates one only to give it another default, passes the rest
+    on as **kwargs, and LightningCLI still offers every one of them."""
+    from jsonargparse import ArgumentParser
+
+    import lit_unlearn.modules as modules
+    from lit_unlearn.modules.objective import ObjectiveUnlearningModule
+    from lit_unlearn.modules.unlearning import UnlearningModule
+
+    def defaults(cls):
+        return {n: p.default for n, p in inspect.signature(cls.__init__).parameters.items()
+                if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and n not in ("self", "network")}
+
+    shared = {UnlearningModule: defaults(UnlearningModule), ObjectiveUnlearningModule: defaults(ObjectiveUnlearningModule)}
+    methods = [cls for cls in vars(modules).values() if isinstance(cls, type) and issubclass(cls, UnlearningModule)
+               and cls not in shared]
+    assert len(methods) >= 14
+    for cls in methods:
+        base = ObjectiveUnlearningModule if issubclass(cls, ObjectiveUnlearningModule) else UnlearningModule
+        inherited = {**shared[UnlearningModule], **(shared[base] if base is ObjectiveUnlearningModule else {})}
+        own = defaults(cls) if "__init__" in vars(cls) else {}
+        restated = {n: d for n, d in own.items() if n in inherited and d == inherited[n]}
+        assert not restated, f"{cls.__name__} restates {sorted(restated)} with the base's default: pass it as **kwargs"
+        parser = ArgumentParser(exit_on_error=False)
+        parser.add_class_arguments(cls, "model", skip={"network"})
+        offered = {a.dest.split(".", 1)[1] for a in parser._actions if a.dest.startswith("model.")}
+        assert set(inherited) <= offered, f"{cls.__name__}: LightningCLI does not offer {set(inherited) - offered}"

@@ -9,15 +9,15 @@ import pytest
 
 from lit_unlearn.bench import load_bench_spec, run_bench
 from lit_unlearn.bench.adapters import TofuBenchmark
-from lit_unlearn.errors import UserError
-from lit_unlearn.packaged_files import packaged_config
+from lit_unlearn.core.errors import UserError
+from lit_unlearn.storage.packaged_files import packaged_config
 
 
 @pytest.mark.parametrize("preset", ["bench_tofu_tiny", "bench_tofu_llama2_7b", "bench_muse_tiny",
                                     "bench_muse_news_llama2_7b"])
 def test_every_packaged_bench_method_builds_at_every_grid_point(preset):
     from lit_unlearn.models import CausalLM, tiny_llama_config
-    from lit_unlearn.specs import build
+    from lit_unlearn.storage.specs import build
 
     net = CausalLM(config=tiny_llama_config(vocab_size=64, hidden_size=16, layers=8, heads=2, kv_heads=1,
                                             intermediate_size=32), seed=0)
@@ -213,8 +213,8 @@ def test_the_papers_selection_reads_forget_quality_and_the_report_says_so(tmp_pa
     """selection: forget_quality (the OFMU paper's reproduction) picks the largest FQ among points keeping utility;
     the packaged paper config parses; an unknown rule is a one-line error."""
     from lit_unlearn.bench.adapters import TofuBenchmark
-    from lit_unlearn.errors import UserError
-    from lit_unlearn.packaged_files import packaged_config
+    from lit_unlearn.core.errors import UserError
+    from lit_unlearn.storage.packaged_files import packaged_config
 
     spec = load_bench_spec(packaged_config("bench_tofu_ofmu_paper", ("bench",), "bench"))
     assert spec.selection == "forget_quality" and {m.name for m in spec.methods} == {"GA", "GradDiff", "NPO", "RMU",

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lit_unlearn.data import train_bpe_tokenizer
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.models import CausalLM, tiny_llama_config
 from lit_unlearn.models.checkpoint_export import export_checkpoint
 

@@ -86,7 +86,7 @@ def test_missing_target_and_relative_target_without_reference(tmp_path, target, 
 
 def test_experiment_config_typo_and_tofu_data_errors(tmp_path, tofu_assets, subprocess_env):
     bad = tmp_path / "suite.yaml"
-    from lit_unlearn.packaged_files import packaged_config
+    from lit_unlearn.storage.packaged_files import packaged_config
 
     bad.write_text(open(packaged_config("experiment_digits")).read().replace("epochs: 10", "epochz: 10"))
     assert_user_error(cli_here(["experiment", "--config", str(bad)], tmp_path),

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from helpers import assert_same_update, cli_here, cli_process
-from lit_unlearn.checkpoint_io import AtomicCheckpointIO, checkpoint_is_loadable
+from lit_unlearn.storage.checkpoint_io import AtomicCheckpointIO, checkpoint_is_loadable
 
 pytestmark = pytest.mark.slow
 

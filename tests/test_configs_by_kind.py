@@ -1,4 +1,4 @@
-"""Packaged configs laid out by kind (lit_unlearn.packaged_files): every config sits in a kind's folder, a base is
+"""Packaged configs laid out by kind (lit_unlearn.storage.packaged_files): every config sits in a kind's folder, a base is
 only ever extended, each command lists and accepts only its kinds (a wrong kind is one line naming the command
 that runs it), and `lit-unlearn configs` says which command runs which. The command line is called in-process."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from lit_unlearn.cli import main
 from lit_unlearn.launch.presets import extends_of
-from lit_unlearn.packaged_files import KINDS, config_kind, list_configs, packaged_config
+from lit_unlearn.storage.packaged_files import KINDS, config_kind, list_configs, packaged_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

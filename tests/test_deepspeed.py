@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from helpers import assert_same_update
-from lit_unlearn.checkpoint_io import checkpoint_is_loadable
+from lit_unlearn.storage.checkpoint_io import checkpoint_is_loadable
 from lit_unlearn.data import generate_fictitious_tofu, train_bpe_tokenizer, write_tofu_json
 from lit_unlearn.models import CausalLM, tiny_llama_config
 

@@ -63,7 +63,7 @@ def test_truncated_sequences_are_counted_per_split_reported_and_warned(real_spli
 
 
 def test_formatter_rejects_a_length_that_is_not_one():
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
 
     tok = type("Tok", (), {"pad_token_id": 0})()
     with pytest.raises(UserError, match="max_length must be an integer > 1"):

@@ -116,7 +116,7 @@ def test_relative_scoring_is_the_verdict_on_model_minus_base_scores():
 
 
 def test_own_margins_are_the_largest_reach_of_holdout_against_holdout_and_need_four_authors():
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
 
     rng = np.random.default_rng(5)
     groups = [i // 10 for i in range(60)]

@@ -11,10 +11,10 @@ from lightning.pytorch.callbacks import Callback
 
 from lit_unlearn.algorithms import hamu_step
 from lit_unlearn.data import TofuDataModule, TofuSource
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.models import CausalLM, tiny_llama_config
 from lit_unlearn.modules import HAMUModule
-from lit_unlearn.plug_points import HoldoutProfileSource
+from lit_unlearn.core.plug_points import HoldoutProfileSource
 
 GRID_S = np.linspace(0.5, 9.0, 21)   # a holdout profile given by its quantiles (surprisal), fixed for the test
 GRID_Z = np.linspace(-3.0, 1.0, 21)  # and Min-K %++'s z

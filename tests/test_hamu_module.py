@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from helpers import digits_dm, first_pair, quick_trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 from lit_unlearn.callbacks import KappaEarlyStopping
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 from lit_unlearn.algorithms import block_index, block_stats, hamu_step, tensor_stats
 from lit_unlearn.data import (

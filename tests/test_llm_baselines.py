@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from helpers import quick_trainer
 from lit_unlearn.data import TofuDataModule, TofuSource, generate_fictitious_tofu, train_bpe_tokenizer, write_tofu_json
 from lit_unlearn.data.refusals import generate_refusals, load_refusals
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.models import CausalLM, tiny_llama_config
 from lit_unlearn.modules import IdkDPOModule, RMUModule, SimNPOModule
 

@@ -11,9 +11,9 @@ from sklearn.metrics import auc as area, roc_curve
 
 from lit_unlearn.data import MuseDataModule, MuseSource, generate_fictitious_muse, train_bpe_tokenizer, write_muse_json
 from lit_unlearn.data.muse import MUSE_LAYOUT
-from lit_unlearn.errors import UserError
-from lit_unlearn.metrics import tofu_math
-from lit_unlearn.metrics.muse_eval import MuseEvaluator
+from lit_unlearn.core.errors import UserError
+from lit_unlearn.metrics.tofu import formulas as tofu_math
+from lit_unlearn.metrics.muse.evaluator import MuseEvaluator
 from lit_unlearn.models import CausalLM, tiny_llama_config
 
 

@@ -40,7 +40,7 @@ def test_a_wheel_installed_elsewhere_has_the_callbacks_configs_and_data_and_runs
     zipfile.ZipFile(wheel).extractall(site)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    code = ("import lit_unlearn, lit_unlearn.callbacks as c; from lit_unlearn.packaged_files import packaged_config; "
+    code = ("import lit_unlearn, lit_unlearn.callbacks as c; from lit_unlearn.storage.packaged_files import packaged_config; "
             "from lit_unlearn.verification.holdout_calibration import calibrated_margins; "
             "from lit_unlearn.data.tofu_release import load_release; "
             "print(lit_unlearn.__file__); print(packaged_config('tofu_tiny_hamu')); print(calibrated_margins('01')); "

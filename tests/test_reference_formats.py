@@ -89,14 +89,14 @@ def test_an_evaluation_against_the_authors_logs_uses_the_items_both_cover_and_sa
     assert report.summary["forget_quality"] == pytest.approx(ks_2samp(ours[:300], theirs).pvalue, rel=1e-12)
     assert any("first 300 forget items" in n for n in report.notes)
     holdout_like = [dict(r, question="Who is nobody?") for r in forget]  # another split: refused, not compared
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
 
     with pytest.raises(UserError, match="forget item 0 is not this data's"):  # when made: before any scoring
         TofuEvaluator(tok, {"forget": holdout_like}, reference=str(LOGS / "llama2-7b_retain90_wd0"))
 
 
 def _report():
-    from lit_unlearn.metrics.tofu_eval import TofuReport
+    from lit_unlearn.metrics.tofu.evaluator import TofuReport
 
     rng = np.random.default_rng(0)
     tr = rng.uniform(0.2, 2.0, 40).tolist()

@@ -306,7 +306,7 @@ def test_a_holdout_ceiling_is_measured_from_the_first_step_without_a_stopping_ru
     equal to a direct computation on the weights of that step."""
     import torch.nn.functional as F
 
-    from lit_unlearn.batches import logits_and_labels
+    from lit_unlearn.core.batches import logits_and_labels
     from lit_unlearn.callbacks import HoldoutVerification
     from lit_unlearn.modules import OFMUModule
 
@@ -372,7 +372,7 @@ def test_eval_items_caps_the_run_report_splits_and_leaves_training_alone(tofu):
     a, b = next(iter(full.train_dataloader())), next(iter(capped.train_dataloader()))
     for x, y in zip(a, b):
         assert torch.equal(x["input_ids"], y["input_ids"])
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
 
     with pytest.raises(UserError, match="eval_items must be"):
         TofuDataModule(TofuSource(str(folder / "data")), tok, eval_items=0)
@@ -385,7 +385,7 @@ def test_interpolating_toward_the_base_starts_training_from_the_written_out_mix(
 
     from lit_unlearn.algorithms.interpolation import interpolate_toward_
     from lit_unlearn.callbacks import HoldoutVerification, InterpolateTowardBase
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
     from lit_unlearn.launch.trainer_builder import ordered_callbacks
     from lit_unlearn.modules import FTModule
 
@@ -587,7 +587,7 @@ def test_hamus_forget_token_cap_steps_as_written_out(tofu):
     """forget_token_cap τ with a forget ceiling c: each item's NLL is the mean of min(nll_t, τ) over its answer
     tokens, the tokens past τ join L_r (Σ_t nll_t·[nll_t > τ] / n_i per item), then the item ceiling applies to the
     token-capped NLLs as before. Token NLLs written out with a loop, against one step of the module."""
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
 
     _, _, tok = tofu
     net = CausalLM(config=tiny_llama_config(vocab_size=len(tok)))

@@ -141,7 +141,7 @@ def small(tmp_path_factory):
 
 
 def _distinct_pairs(splits, names, answers_of=()):
-    from lit_unlearn.metrics.tofu_scoring import split_pairs
+    from lit_unlearn.metrics.tofu.scoring import split_pairs
 
     pairs = {p for n in names for p in split_pairs(n, splits[n])}
     return len(pairs | {(r["question"], r["answer"]) for n in answers_of for r in splits[n]})
@@ -219,7 +219,7 @@ def test_the_verifications_halves_answer_in_the_whole_splits_budget(small):
 
     from lit_unlearn.callbacks import HoldoutVerification
     from lit_unlearn.metrics import TofuEvaluator
-    from lit_unlearn.metrics.tofu_rouge import answer_budget
+    from lit_unlearn.metrics.tofu.rouge import answer_budget
 
     splits, tok, _ = small
     source = SimpleNamespace(eval_splits=lambda: splits, forget_level="01", path="real TOFU slices")
@@ -253,9 +253,9 @@ def test_each_metric_is_declared_once_and_a_config_can_choose_them(small):
     from types import SimpleNamespace
 
     from lit_unlearn.callbacks import TofuEvaluation
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
     from lit_unlearn.metrics.metric_units import METRIC_UNITS
-    from lit_unlearn.metrics.tofu_eval import TARGET_METRICS
+    from lit_unlearn.metrics.tofu.evaluator import TARGET_METRICS
     from lit_unlearn.verification.classifier import CLASSIFIER_METRICS, REFERENCE_METRICS
     from lit_unlearn.verification.targets import METRICS
 

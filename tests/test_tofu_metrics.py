@@ -9,7 +9,7 @@ import scipy.stats
 import torch
 
 from lit_unlearn.metrics import AnswerProbability, ForgetQuality, MembershipAUC, NormalisedProbability, TruthRatio
-from lit_unlearn.metrics import tofu_math
+from lit_unlearn.metrics.tofu import formulas as tofu_math
 
 NLL_CORRECT = torch.tensor([0.2, 1.5, 0.7, 3.0], dtype=torch.float64)
 NLL_PERTURBED = torch.tensor([[1.0, 2.0, 0.5], [0.3, 0.4, 0.9], [2.0, 2.0, 2.0], [0.1, 5.0, 1.0]], dtype=torch.float64)

@@ -12,8 +12,9 @@ from sklearn.metrics import roc_auc_score
 
 from helpers import tiny_tofu
 from lit_unlearn.data import QAFormatter, TofuSource, generate_fictitious_tofu, train_bpe_tokenizer, write_tofu_json
-from lit_unlearn.metrics import TofuEvaluator, tofu_math
-from lit_unlearn.metrics.tofu_mia import restore_order as _restore_order
+from lit_unlearn.metrics import TofuEvaluator
+from lit_unlearn.metrics.tofu import formulas as tofu_math
+from lit_unlearn.metrics.tofu.mia import restore_order as _restore_order
 from lit_unlearn.models import CausalLM, tiny_llama_config
 
 

@@ -171,7 +171,7 @@ def _ofmu_rounds(world, rounds, outer_clip, forget_ceiling):
     forget answer losses (mean NLL over answer tokens) before and after."""
     import lightning.pytorch as pl
 
-    from lit_unlearn.batches import logits_and_labels
+    from lit_unlearn.core.batches import logits_and_labels
     from lit_unlearn.callbacks import RhoScheduler
     from lit_unlearn.data import TofuDataModule, TofuSource
     from lit_unlearn.data.tofu import QAFormatter, pad_collate

@@ -12,7 +12,7 @@ from sklearn.metrics import roc_auc_score
 
 from lit_unlearn.callbacks import ForgettingVerification, QuotaController, StopAtTarget
 from lit_unlearn.data import ClassForget, DigitsSource
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.models import CifarResNet
 from lit_unlearn.modules import GradDiffModule, HAMUModule
 from lit_unlearn.verification import ClassifierVerifier, ForgetTarget, RetrainedReference, TrainingRecipe

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lit_unlearn.console import say
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.console import say
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["audit_finished_run"]
 
@@ -18,7 +18,7 @@ def audit_finished_run(launched, config: str | None = None):
     from lit_unlearn.audit.run import run_audit
     from lit_unlearn.audit.spec import load_audit_spec
     from lit_unlearn.models import CausalLM
-    from lit_unlearn.packaged_files import packaged_config
+    from lit_unlearn.storage.packaged_files import packaged_config
 
     module, dm = launched.model, launched.datamodule
     source = getattr(dm, "source", None)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lit_unlearn.audit.spec import AuditSpec
-from lit_unlearn.console import say
+from lit_unlearn.core.console import say
 
 __all__ = ["run_audit", "AuditReport"]
 
@@ -91,8 +91,8 @@ def run_audit(subjects: dict, tokenizer, source, spec: AuditSpec, out: str | Pat
     judged; `reads`: the statistics its objective reads) on `source`'s forget and holdout splits; `reference_model`:
     the model the target was fine-tuned from (scores relative to it; None: raw). The report is also written to `out`
     (audit.{md,json} and TensorBoard audit/*)."""
-    from lit_unlearn.errors import UserError
-    from lit_unlearn.tensorboard import write_scalars
+    from lit_unlearn.core.errors import UserError
+    from lit_unlearn.reporting.tensorboard import write_scalars
     from lit_unlearn.verification.verdict_runner import VerdictRunner
 
     out = Path(out)

@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["World", "TofuBenchmark", "MuseBenchmark", "get_benchmark", "verification_columns", "full_verdict_columns"]
 
@@ -329,7 +329,7 @@ class MuseBenchmark(_Benchmark):
 
     def evaluate(self, world: World, level: str, network, spec, reads=frozenset()) -> dict:
         from lit_unlearn.data import MuseSource
-        from lit_unlearn.metrics.muse_eval import MuseEvaluator
+        from lit_unlearn.metrics.muse.evaluator import MuseEvaluator
 
         key = (world.name, level)
         if key not in self._evaluators:  # one per world: the data is read once

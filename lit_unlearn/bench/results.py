@@ -115,7 +115,7 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
 
 
 def _pyplot():
-    from lit_unlearn.plotting import pyplot
+    from lit_unlearn.reporting.plotting import pyplot
 
     return pyplot()
 
@@ -192,7 +192,7 @@ def chosen_point(chosen: dict, method: str, level: str) -> dict | None:
 
 
 def _to_tensorboard(folder: Path, markdown: str, figures: dict) -> None:
-    from lit_unlearn.tensorboard import write_scalars
+    from lit_unlearn.reporting.tensorboard import write_scalars
 
     write_scalars(folder, {}, text={"bench/results": markdown},
                   figures={f"bench/{name}": fig for name, fig in figures.items()})

@@ -19,8 +19,8 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from lit_unlearn.bench.adapters import World, get_benchmark
 from lit_unlearn.bench.spec import BenchSpec, MethodSpec
-from lit_unlearn.errors import UserError
-from lit_unlearn.console import fmt
+from lit_unlearn.core.errors import UserError
+from lit_unlearn.core.console import fmt
 
 __all__ = ["run_bench", "unlearn_and_evaluate"]
 
@@ -54,7 +54,7 @@ def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpe
     own folder under `runs`), then the benchmark's report (and with `audit`, the audit's columns). method=None
     evaluates the target itself (the "before" row)."""
     from lit_unlearn.launch.runs import RunSpec, launch
-    from lit_unlearn.specs import build, fingerprint
+    from lit_unlearn.storage.specs import build, fingerprint
 
     network = {"class_path": "lit_unlearn.models.CausalLM",
                "init_args": {"name_or_path": world.target, **world.network_args}}

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lit_unlearn.errors import UserError
-from lit_unlearn.specs import read_spec_file
+from lit_unlearn.core.errors import UserError
+from lit_unlearn.storage.specs import read_spec_file
 
 __all__ = ["MethodSpec", "BenchSpec", "load_bench_spec", "split_method_names"]
 

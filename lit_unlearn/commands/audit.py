@@ -47,7 +47,7 @@ def audit(model: str, data: str, level: Literal["01", "05", "10"] = "01", target
     from lit_unlearn.audit import load_audit_spec, run_audit
     from lit_unlearn.data import TofuSource
     from lit_unlearn.models.loading import default_device, load_causal_lm
-    from lit_unlearn.packaged_files import packaged_config
+    from lit_unlearn.storage.packaged_files import packaged_config
 
     spec = load_audit_spec(config or packaged_config(preset, ("audit",), "audit"))
     device = device or default_device()

@@ -29,8 +29,8 @@ def bench(preset: str = "bench_tofu_tiny", config: str | None = None, out: str |
     """
     from lit_unlearn.bench import load_bench_spec, run_bench
     from lit_unlearn.bench.spec import split_method_names
-    from lit_unlearn.console import say
-    from lit_unlearn.packaged_files import packaged_config
+    from lit_unlearn.core.console import say
+    from lit_unlearn.storage.packaged_files import packaged_config
 
     spec = load_bench_spec(config or packaged_config(preset, ("bench",), "bench"))
     if levels:

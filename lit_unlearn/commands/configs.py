@@ -13,9 +13,9 @@ def configs(kind: str | None = None) -> None:
     Args:
         kind: only this kind
     """
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
     from lit_unlearn.launch.presets import describe_configs
-    from lit_unlearn.packaged_files import KINDS
+    from lit_unlearn.storage.packaged_files import KINDS
 
     if kind is not None and kind not in KINDS:
         raise UserError(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")

@@ -30,7 +30,7 @@ def demo(lightning_args: list[str], target: str | None = None, fresh: bool = Fal
     Args:
         fresh: retrain the target (and so the reference) from scratch
     """
-    from lit_unlearn.console import say
+    from lit_unlearn.core.console import say
     from lit_unlearn.launch.runs import retrained_reference_of
     from lit_unlearn.launch.runs import build_run, fit_run
 

@@ -20,10 +20,10 @@ def experiment(preset: str = "experiment_digits", config: str | None = None, out
         studies: comma-separated subset of trajectories,hardness,quota,stopping,ablation,verification
         plots: write the figures (--no-plots: the CSVs and tables only)
     """
-    from lit_unlearn.console import say
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.console import say
+    from lit_unlearn.core.errors import UserError
     from lit_unlearn.experiments import STUDIES, load_config, run_suite
-    from lit_unlearn.packaged_files import packaged_config
+    from lit_unlearn.storage.packaged_files import packaged_config
 
     cfg = load_config(config or packaged_config(preset, ("experiment",), "experiment"))
     chosen = studies.split(",") if studies else None

@@ -37,7 +37,7 @@ def muse_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
         logdir: also log the summary as TensorBoard scalars (muse/...) here
     """
     from lit_unlearn.data import MuseSource
-    from lit_unlearn.metrics.muse_eval import MuseEvaluator
+    from lit_unlearn.metrics.muse.evaluator import MuseEvaluator
     from lit_unlearn.metrics.report_io import finish_report
     from lit_unlearn.models.loading import load_causal_lm
 

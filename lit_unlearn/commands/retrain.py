@@ -21,10 +21,10 @@ def retrain(lightning_args: list[str], preset: str) -> None:
     forget set and target come from an unlearning config; the reference settings from its ForgettingVerification
     callback (default: the recipe stored in the target checkpoint, cache runs/retrained). On digits this takes
     seconds; on CIFAR-10 it costs as much as training the target, the field's standard price of verification."""
-    from lit_unlearn.console import say
+    from lit_unlearn.core.console import say
     from lit_unlearn.launch.runs import retrained_reference_of
     from lit_unlearn.launch.runs import build_run
-    from lit_unlearn.results_tables import format_table
+    from lit_unlearn.metrics.results_tables import format_table
     from lit_unlearn.verification import ClassifierVerifier
 
     network, reference, dm = retrained_reference_of(build_run(lightning_args, preset, manage_runs=False))

@@ -43,7 +43,7 @@ def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None,
         distill: then distil the result into its shrunk and perturbed copy (a configs/distill/ name, e.g.
             distill_tofu, or a YAML file) into RUN/distill, and give the student's full verdict
     """
-    from lit_unlearn.console import say
+    from lit_unlearn.core.console import say
     from lit_unlearn.launch.runs import build_run, fit_run
 
     overrides = [f"--seed_everything={seed}", f"--data.init_args.seed={seed}"]
@@ -79,7 +79,7 @@ def _point_world(folder) -> None:
     import os
     from pathlib import Path
 
-    from lit_unlearn.files import atomic_symlink
+    from lit_unlearn.storage.files import atomic_symlink
 
     Path(ROOT).mkdir(parents=True, exist_ok=True)  # the worlds may live elsewhere (--worlds)
     atomic_symlink(Path(ROOT) / "world", os.path.relpath(folder, ROOT))

@@ -55,7 +55,7 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
     import time
 
     from lit_unlearn.data import TofuSource
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
     from lit_unlearn.metrics import TofuEvaluator
     from lit_unlearn.metrics.report_io import finish_report
     from lit_unlearn.models.loading import load_causal_lm

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset, IterableDataset
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["LengthBucketedBatches"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lit_unlearn.errors import MissingFileError, UserError
+from lit_unlearn.core.errors import MissingFileError, UserError
 from lit_unlearn.data.arrays import ArrayDataset, ImageSource, ImageSplits
 
 __all__ = ["Cifar10Source", "read_cifar10_batch", "CIFAR10_MEAN", "CIFAR10_STD"]

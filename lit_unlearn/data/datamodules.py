@@ -6,12 +6,12 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.data.arrays import ImageSource, ImageSplits
 from lit_unlearn.data.digits import DigitsSource
 from lit_unlearn.data.forget_sets import ClassForget, ForgetSpec
 from lit_unlearn.data.paired import PairedBatchStream, ResumableDataLoader
-from lit_unlearn.plug_points import EvalLoaders
+from lit_unlearn.core.plug_points import EvalLoaders
 
 __all__ = ["ClassificationDataModule", "PairedDataModule", "UnlearningDataModule"]
 

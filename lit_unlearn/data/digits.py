@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.data.arrays import ArrayDataset, ImageSource, ImageSplits
 
 __all__ = ["DigitsSource"]

@@ -28,7 +28,7 @@ import json
 import random
 from pathlib import Path
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["generate_fictitious_tofu", "write_tofu_json", "FORGET_LEVELS"]
 

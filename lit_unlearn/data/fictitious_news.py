@@ -24,7 +24,7 @@ import random
 from pathlib import Path
 
 from lit_unlearn.data.fictitious_authors import _author
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["generate_fictitious_muse", "write_muse_json"]
 

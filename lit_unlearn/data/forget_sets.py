@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["ForgetSpec", "ClassForget", "RandomForget", "MixtureForget", "IndexForget", "check_split"]
 

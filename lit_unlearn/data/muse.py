@@ -30,8 +30,8 @@ from torch.utils.data import Dataset
 
 from lit_unlearn.data.datamodules import PairedDataModule
 from lit_unlearn.data.tofu import _read_local, pad_collate
-from lit_unlearn.errors import MissingFileError, UserError
-from lit_unlearn.plug_points import TextsSource
+from lit_unlearn.core.errors import MissingFileError, UserError
+from lit_unlearn.core.plug_points import TextsSource
 
 __all__ = ["MuseSource", "MuseDataModule", "TextWindows", "MUSE_LAYOUT"]
 
@@ -75,7 +75,7 @@ class MuseSource(TextsSource):
         return rows
 
     def _load_hub(self, config: str, split: str) -> list[dict]:
-        from lit_unlearn.hub import hub_error, resolve_pretrained
+        from lit_unlearn.core.hub import hub_error, resolve_pretrained
 
         resolve_pretrained(self.path, "MUSE data", "`lit_unlearn.data.write_muse_json` writes an offline stand-in")
         import datasets

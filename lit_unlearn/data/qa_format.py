@@ -15,7 +15,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from lit_unlearn.algorithms.losses import IGNORE_INDEX
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["QAFormatter", "TokenizedQA", "pad_collate", "MAX_LENGTH", "TEMPLATES", "INPUT_FORMATS",
            "OPEN_UNLEARNING_TAGS"]

@@ -13,7 +13,7 @@ import json
 import random
 from pathlib import Path
 
-from lit_unlearn.errors import MissingFileError, UserError
+from lit_unlearn.core.errors import MissingFileError, UserError
 
 __all__ = ["generate_refusals", "load_refusals", "refusals", "GENERATED"]
 

@@ -34,7 +34,7 @@ from lit_unlearn.data.tofu_source import (  # noqa: F401
     _read_local,
     check_columns,
 )
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["TofuSource", "WaterDrumSource", "QAFormatter", "TokenizedQA", "pad_collate", "TofuDataModule",
            "FORGET_SPLITS", "QAFinetuneDataModule", "INPUT_FORMATS"]

@@ -53,7 +53,7 @@ def release_split(name: str) -> list:
     """One split's rows (a copy: callers may change them)."""
     release = load_release()
     if name not in release:
-        from lit_unlearn.errors import UserError
+        from lit_unlearn.core.errors import UserError
 
         raise UserError(f"TOFU has no split {name!r}; its splits: {', '.join(RELEASE_SPLITS)}")
     return [dict(r) if isinstance(r, dict) else r for r in release[name]]

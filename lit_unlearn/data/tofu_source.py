@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lit_unlearn.errors import MissingFileError, UserError
-from lit_unlearn.plug_points import EvalSplitsSource
+from lit_unlearn.core.errors import MissingFileError, UserError
+from lit_unlearn.core.plug_points import EvalSplitsSource
 
 __all__ = ["TofuSource", "WaterDrumSource", "FORGET_SPLITS", "EVAL_COLUMNS", "check_columns"]
 
@@ -104,7 +104,7 @@ class TofuSource(EvalSplitsSource):
     def load_split(self, split: str) -> list[dict]:
         if self.is_local:
             return _read_local(Path(self.path), split)
-        from lit_unlearn.hub import hub_error, resolve_pretrained
+        from lit_unlearn.core.hub import hub_error, resolve_pretrained
 
         resolve_pretrained(self.path, "TOFU data", "`lit-unlearn tofu-demo` writes runs/tofu/data")
         import datasets

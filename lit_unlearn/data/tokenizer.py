@@ -37,7 +37,7 @@ def load_tokenizer(name_or_path: str):
     a missing folder or a failed download is one clear error."""
     from transformers import AutoTokenizer
 
-    from lit_unlearn.hub import hub_error, is_hub_name, resolve_pretrained
+    from lit_unlearn.core.hub import hub_error, is_hub_name, resolve_pretrained
 
     name = resolve_pretrained(str(name_or_path), "tokenizer",
                               "`lit-unlearn tofu-demo` writes runs/tofu/tokenizer; or give a hub name")

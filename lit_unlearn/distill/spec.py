@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lit_unlearn.errors import UserError
-from lit_unlearn.specs import dataclass_spec
+from lit_unlearn.core.errors import UserError
+from lit_unlearn.storage.specs import dataclass_spec
 
 __all__ = ["DistillSpec", "load_distill_spec"]
 

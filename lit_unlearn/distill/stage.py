@@ -13,7 +13,7 @@ import json
 import math
 from pathlib import Path
 
-from lit_unlearn.console import say
+from lit_unlearn.core.console import say
 from lit_unlearn.distill.spec import DistillSpec
 
 __all__ = ["distill_model", "distill_finished_run", "finetune_units", "distillation_data"]
@@ -23,7 +23,7 @@ def distillation_data(source, tokenizer, spec: DistillSpec, template: str = "pla
     """The retain split of `source`'s forget level and the general-knowledge sets (never a forget split)."""
     from lit_unlearn.data import QAFinetuneDataModule
     from lit_unlearn.data.tofu import FORGET_SPLITS
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
 
     retain = FORGET_SPLITS[source.forget_level][1]
     splits = [retain, *spec.splits]
@@ -86,9 +86,9 @@ def distill_finished_run(launched, config: str | None = None) -> dict:
     the run's HoldoutVerification judged the teacher. `config`: a packaged distill config's name (configs/distill/)
     or a YAML file; None: distill_tofu."""
     from lit_unlearn.distill.spec import load_distill_spec
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
     from lit_unlearn.models import CausalLM
-    from lit_unlearn.packaged_files import packaged_config
+    from lit_unlearn.storage.packaged_files import packaged_config
 
     name = config or "distill_tofu"
     spec = load_distill_spec(name if name.endswith(".yaml") else packaged_config(name, ("distill",)))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lightning.pytorch.strategies import DeepSpeedStrategy as _LightningDeepSpeedStrategy
 
-from lit_unlearn.checkpoint_io import COMPLETE_MARKER, atomic_write_bytes
+from lit_unlearn.storage.checkpoint_io import COMPLETE_MARKER, atomic_write_bytes
 
 __all__ = ["DeepSpeedStrategy"]
 

@@ -15,7 +15,7 @@ def _read(path: Path) -> list[dict[str, str]]:
 
 
 def _pyplot():
-    from lit_unlearn.plotting import pyplot
+    from lit_unlearn.reporting.plotting import pyplot
 
     return pyplot()
 

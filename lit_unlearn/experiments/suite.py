@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import scipy.stats
 
-from lit_unlearn.errors import UserError, did_you_mean
+from lit_unlearn.core.errors import UserError, did_you_mean
 from lit_unlearn.experiments.unlearning_run import RunResult, describe_callback, train_target, unlearning_run
-from lit_unlearn.specs import fingerprint, read_spec_file
-from lit_unlearn.console import fmt
+from lit_unlearn.storage.specs import fingerprint, read_spec_file
+from lit_unlearn.core.console import fmt
 
 __all__ = ["STUDIES", "load_config", "run_suite"]
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from lit_unlearn.callbacks import ForgettingVerification, KappaEarlyStopping, StopAtTarget, TrajectoryRecorder
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.launch.runs import RunSpec, fit_run, launch, prepare_launch
-from lit_unlearn.specs import build, fingerprint
+from lit_unlearn.storage.specs import build, fingerprint
 
 __all__ = ["RunResult", "build", "describe_callback", "train_target", "unlearning_run"]
 
@@ -122,7 +122,7 @@ def _safe(label: str) -> str:
 
 def describe_callback(callback) -> Any:
     """What a callback contributes to a run's identity: its class and public settings."""
-    from lit_unlearn.specs import describe
+    from lit_unlearn.storage.specs import describe
 
     try:
         return describe(callback)

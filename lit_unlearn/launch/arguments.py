@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lit_unlearn.errors import UserError, did_you_mean
+from lit_unlearn.core.errors import UserError, did_you_mean
 from lit_unlearn.launch.presets import config_chain
 
 __all__ = ["Option", "PRESET", "TARGET", "options_of", "split_options", "spelled_for_jsonargparse",

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from lit_unlearn.launch.run_folder import RunFolder, prepare_run, run_identity
-from lit_unlearn.specs import namespace_to_dict
+from lit_unlearn.storage.specs import namespace_to_dict
 
 __all__ = ["assign_run_folder", "cluster_ready", "CHECKPOINT_CALLBACKS", "LOGGERS", "command_line"]
 
@@ -59,7 +59,7 @@ def cluster_ready(trainer_config, callbacks: list, run: RunFolder) -> list:
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
     from lit_unlearn.callbacks.preemption import Preemption
-    from lit_unlearn.checkpoint_io import AtomicCheckpointIO
+    from lit_unlearn.storage.checkpoint_io import AtomicCheckpointIO
 
     plugins = trainer_config.get("plugins") or []
     plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]

@@ -16,8 +16,8 @@ import warnings
 
 from lightning.pytorch.cli import LightningCLI
 
-from lit_unlearn.quiet import quiet_lightning
-from lit_unlearn.specs import namespace_to_dict
+from lit_unlearn.core.quiet import quiet_lightning
+from lit_unlearn.storage.specs import namespace_to_dict
 
 __all__ = ["UnlearnCLI", "print_lightning_help"]
 

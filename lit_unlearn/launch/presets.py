@@ -1,4 +1,4 @@
-"""Presets (the packaged configs, lit_unlearn.packaged_files) and the `# extends:` chain of any config.
+"""Presets (the packaged configs, lit_unlearn.storage.packaged_files) and the `# extends:` chain of any config.
 
 A config may start from another: a `# extends: OTHER` line anywhere in its header comment (the `#` lines before
 the first YAML line) names it, as a packaged config name or a path (relative to the config's own folder).
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lit_unlearn.errors import MissingFileError, UserError
-from lit_unlearn.packaged_files import KINDS, config_kind, list_configs, packaged_config
+from lit_unlearn.core.errors import MissingFileError, UserError
+from lit_unlearn.storage.packaged_files import KINDS, config_kind, list_configs, packaged_config
 
 __all__ = ["config_chain", "describe_configs", "list_configs", "packaged_config", "header_comment", "extends_of",
            "kinds_for", "check_preset"]
@@ -69,7 +69,7 @@ def config_chain(name_or_path: str) -> list[str]:
 
 
 def kinds_for(command: str) -> tuple[str, ...]:
-    """The config kinds a command runs (lit_unlearn.packaged_files.KINDS)."""
+    """The config kinds a command runs (lit_unlearn.storage.packaged_files.KINDS)."""
     return tuple(kind for kind, (_, commands) in KINDS.items() if command in commands)
 
 

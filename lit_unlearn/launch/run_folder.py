@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lit_unlearn.checkpoint_io import atomic_write_bytes, checkpoint_is_loadable
-from lit_unlearn.errors import MissingFileError, UserError
-from lit_unlearn.process import process_rank
-from lit_unlearn.specs import fingerprint
+from lit_unlearn.storage.checkpoint_io import atomic_write_bytes, checkpoint_is_loadable
+from lit_unlearn.core.errors import MissingFileError, UserError
+from lit_unlearn.core.process import process_rank
+from lit_unlearn.storage.specs import fingerprint
 
 __all__ = ["RunFolder", "prepare_run", "release_claim", "run_identity", "diff_identity", "RUN_FILE",
            "checkpoint_candidates", "newest_loadable_checkpoint", "process_rank", "shown", "read_run"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["RunSpec", "Launched", "launch", "prepare_launch", "build_run", "fit_run", "add_target", "train_classifier",
            "prepare_references", "retrained_reference_of"]
@@ -74,8 +74,8 @@ def prepare_launch(spec: RunSpec) -> Launched:
     from lit_unlearn.launch.cluster import command_line
     from lit_unlearn.launch.run_folder import prepare_run, release_claim
     from lit_unlearn.launch.trainer_builder import build_trainer
-    from lit_unlearn.quiet import quiet_lightning
-    from lit_unlearn.specs import build
+    from lit_unlearn.core.quiet import quiet_lightning
+    from lit_unlearn.storage.specs import build
 
     quiet_lightning()
     run = spec.run
@@ -171,7 +171,7 @@ def fit_run(launched: Launched) -> Launched:
     `latest` updated), interrupted (how to resume; exit code 128 + signal), or failed (removed if it holds no
     checkpoint). Retrained references the callbacks need are made first."""
     from lit_unlearn.callbacks.preemption import Preempted
-    from lit_unlearn.console import say
+    from lit_unlearn.core.console import say
     from lit_unlearn.distributed.shutdown import release_process_group
     from lit_unlearn.launch.run_folder import newest_loadable_checkpoint, release_claim, shown
 
@@ -204,7 +204,7 @@ def fit_run(launched: Launched) -> Launched:
             run.record(status="failed", failed_at_step=trainer.global_step)
         release_claim(run)
         if isinstance(err, FloatingPointError) and launched.from_command_line:
-            from lit_unlearn.errors import RunFailed
+            from lit_unlearn.core.errors import RunFailed
 
             good = _newest_finite_checkpoint(run.path)
             where = f"the last finite weights are in {shown(good)}" if good else "no checkpoint with finite weights"
@@ -241,7 +241,7 @@ def _export_final_model(launched: Launched) -> Path | None:
     from lit_unlearn.distributed.sharded_grads import zero3_partitioned
 
     if zero3_partitioned(network):
-        from lit_unlearn.console import say
+        from lit_unlearn.core.console import say
 
         say("final model not exported: the weights are ZeRO-3 partitioned; the checkpoint holds them")
         return None
@@ -256,7 +256,7 @@ def train_classifier(recipe, dataset, forget=None, network_spec: dict | None = N
     `lit-unlearn pretrain` does (seed_everything(seed), build the network, AdamW, seeded shuffling, one optimizer
     step per batch), through the launch path. Returns the trained SupervisedModule (its `network` is the model)."""
     from lit_unlearn.data.datamodules import ClassificationDataModule
-    from lit_unlearn.specs import describe
+    from lit_unlearn.storage.specs import describe
 
     spec = recipe.network or network_spec
     if spec is None:
@@ -282,7 +282,7 @@ def _train_reference(recipe, dataset, forget, network_spec, root):
 def prepare_references(trainer, module, datamodule) -> None:
     """Train, before fitting, every retrained reference the run's callbacks will load (cached: once per setting)."""
     from lit_unlearn.callbacks.forgetting_verification import ForgettingVerification
-    from lit_unlearn.console import say
+    from lit_unlearn.core.console import say
 
     for cb in trainer.callbacks:
         if isinstance(cb, ForgettingVerification) and cb.reference is not None:
@@ -294,7 +294,7 @@ def retrained_reference_of(launched: Launched):
     not cached yet (the run's ForgettingVerification settings, or the defaults: the target's recipe, cache
     runs/retrained)."""
     from lit_unlearn.callbacks.forgetting_verification import ForgettingVerification
-    from lit_unlearn.console import say
+    from lit_unlearn.core.console import say
     from lit_unlearn.verification import RetrainedReference
 
     dm, module = launched.datamodule, launched.model
@@ -318,7 +318,7 @@ def _newest_finite_checkpoint(folder: Path) -> Path | None:
     import torch
 
     from lit_unlearn.launch.run_folder import checkpoint_candidates
-    from lit_unlearn.checkpoint_io import checkpoint_is_loadable
+    from lit_unlearn.storage.checkpoint_io import checkpoint_is_loadable
 
     for path in checkpoint_candidates(folder):
         if path.is_file() and checkpoint_is_loadable(path):
@@ -330,7 +330,7 @@ def _newest_finite_checkpoint(folder: Path) -> Path | None:
 
 def _point_latest(folder: Path) -> None:
     """`<root>/latest` → the run that finished last (a stable path to its final checkpoint)."""
-    from lit_unlearn.files import atomic_symlink
+    from lit_unlearn.storage.files import atomic_symlink
     from lit_unlearn.launch.run_folder import process_rank
 
     if process_rank() == 0:

@@ -40,7 +40,7 @@ def build_trainer(trainer_args: dict[str, Any], callbacks: list, run=None, progr
     from lightning.pytorch.callbacks import ProgressBar
 
     from lit_unlearn.launch.cluster import cluster_ready
-    from lit_unlearn.specs import build
+    from lit_unlearn.storage.specs import build
 
     trainer_args = dict(trainer_args)
     callbacks = list(callbacks)

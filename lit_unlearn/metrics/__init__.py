@@ -1,7 +1,7 @@
 """TOFU / membership-inference metrics: pure definitions (tofu_math), torchmetrics Metrics, the evaluator."""
 
-from lit_unlearn.metrics.tofu_eval import HEADLINE, TofuEvaluator, TofuReport
-from lit_unlearn.metrics.tofu_metrics import (
+from lit_unlearn.metrics.tofu.evaluator import HEADLINE, TofuEvaluator, TofuReport
+from lit_unlearn.metrics.tofu.torch_metrics import (
     AnswerProbability,
     ForgetQuality,
     MembershipAUC,

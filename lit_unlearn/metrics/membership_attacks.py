@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lit_unlearn.metrics import tofu_math
+from lit_unlearn.metrics.tofu import formulas as tofu_math
 
 __all__ = ["Attack", "ATTACKS", "ORIENTED", "STATISTICS", "SCORING_ATTACKS", "CLASSIC_ATTACKS", "FEATURES", "attack_reads",
            "unread_attacks", "entropy_mean", "entropy_spread", "token_rank", "item_features"]

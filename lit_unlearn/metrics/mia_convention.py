@@ -37,7 +37,7 @@ def get_convention(name: str | MIAConvention) -> MIAConvention:
     if isinstance(name, MIAConvention):
         return name
     if name not in CONVENTIONS:
-        from lit_unlearn.errors import UserError
+        from lit_unlearn.core.errors import UserError
 
         raise UserError(f"mia_convention={name!r} is not known: use one of {sorted(CONVENTIONS)}")
     return CONVENTIONS[name]

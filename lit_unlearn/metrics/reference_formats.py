@@ -58,7 +58,7 @@ OPEN_UNLEARNING_NAMES = {
 
 def detect_format(path: str | Path) -> str:
     """Which format a reference is in, from what the file (or folder) holds."""
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
 
     path = Path(path)
     if path.is_dir():
@@ -78,7 +78,7 @@ def detect_format(path: str | Path) -> str:
 
 
 def _json(path: Path) -> Any:
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
 
     try:
         return json.loads(path.read_text())

@@ -14,7 +14,7 @@ def load_report(report: str | Path | dict | None, what: str, how: str, has: Call
                 lacks: str) -> dict | None:
     """A saved report (a path or the dict itself), checked: `has(data)` must hold, else a one-line error naming
     the file and `lacks` (what is missing); a missing or unreadable file says `how` to make one."""
-    from lit_unlearn.errors import MissingFileError, UserError
+    from lit_unlearn.core.errors import MissingFileError, UserError
 
     if report is None:
         return None
@@ -40,6 +40,6 @@ def finish_report(report, prefix: str, save: str | None = None, logdir: str | No
     if save:
         print(f"(saved to {report.save(save)})")
     if logdir:
-        from lit_unlearn.tensorboard import write_scalars
+        from lit_unlearn.reporting.tensorboard import write_scalars
 
         write_scalars(logdir, {f"{prefix}/{k}": v for k, v in report.summary.items()})

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["CausalLM", "tiny_llama_config", "LLAMA_LORA_TARGETS"]
 
@@ -57,7 +57,7 @@ class CausalLM(nn.Module):
             raise UserError(f"dtype={dtype!r}: choose one of {sorted(DTYPES)}")
         kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
         if name_or_path is not None:
-            from lit_unlearn.hub import hub_error, is_hub_name, resolve_pretrained
+            from lit_unlearn.core.hub import hub_error, is_hub_name, resolve_pretrained
 
             name_or_path = resolve_pretrained(name_or_path, "model")
             try:

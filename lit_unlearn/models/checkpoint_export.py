@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["export_checkpoint", "checkpoint_tensors", "parse_size"]
 
@@ -51,7 +51,7 @@ def checkpoint_tensors(path: str | Path) -> tuple[Iterator[tuple[str, Any]], dic
     Lightning file gives memory-mapped ones."""
     import torch
 
-    from lit_unlearn.checkpoint_io import checkpoint_is_loadable
+    from lit_unlearn.storage.checkpoint_io import checkpoint_is_loadable
 
     path = Path(path)
     if not path.exists():
@@ -115,8 +115,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, base: str | None 
     from transformers import AutoConfig
 
     from lit_unlearn.data.tokenizer import load_tokenizer
-    from lit_unlearn.files import replace_folder
-    from lit_unlearn.hub import resolve_pretrained
+    from lit_unlearn.storage.files import replace_folder
+    from lit_unlearn.core.hub import resolve_pretrained
 
     tensors, extra = checkpoint_tensors(checkpoint)
     base, lora = _base_of(extra, base)

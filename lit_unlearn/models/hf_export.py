@@ -12,7 +12,7 @@ import copy
 import shutil
 from pathlib import Path
 
-from lit_unlearn.files import replace_folder
+from lit_unlearn.storage.files import replace_folder
 
 from torch import nn
 

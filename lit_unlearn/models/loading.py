@@ -15,9 +15,9 @@ def default_device() -> str:
 def load_causal_lm(model: str, base: str | None = None, tokenizer: str | None = None, dtype: str = "float32",
                    device: str | None = None):
     """(network on `device`, tokenizer) from a model (HF folder or hub name, or a .ckpt with `base`)."""
-    from lit_unlearn.checkpoints import load_network_weights
+    from lit_unlearn.storage.checkpoints import load_network_weights
     from lit_unlearn.data.tokenizer import load_tokenizer
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
     from lit_unlearn.models.causal_lm import CausalLM
 
     if model.endswith(".ckpt"):

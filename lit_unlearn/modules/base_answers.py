@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from lit_unlearn.algorithms.losses import IGNORE_INDEX
 from lit_unlearn.data.qa_format import pad_collate
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
 
 __all__ = ["BaseAnswersModule"]
@@ -28,10 +28,8 @@ class BaseAnswersModule(ObjectiveUnlearningModule):
     READS = frozenset({"surprisal"})  # the NLL of the base model's answers to forget questions
     uses_reference = True
 
-    def __init__(self, network: nn.Module, base: str, target_ckpt: str | None = None, lr: float = 1e-3,
-                 retain_weight: float = 1.0, forget_weight: float = 1.0, max_new_tokens: int = 128,
-                 optimizer: str = "adamw", momentum: float = 0.0, weight_decay: float = 0.0,
-                 freeze_batchnorm: bool = True, log_every_n_steps: int | None = None) -> None:
+    def __init__(self, network: nn.Module, base: str, retain_weight: float = 1.0, forget_weight: float = 1.0,
+                 max_new_tokens: int = 128, optimizer: str = "adamw", **kwargs) -> None:
         """
         Args:
             base: the model the target was fine-tuned from (a Hugging Face folder or hub name), loaded frozen.
@@ -41,8 +39,7 @@ class BaseAnswersModule(ObjectiveUnlearningModule):
         if max_new_tokens < 1:
             raise UserError(f"max_new_tokens must be ≥ 1, got {max_new_tokens}")
         self.base, self.max_new_tokens = base, max_new_tokens
-        super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
-                         log_every_n_steps)
+        super().__init__(network, optimizer=optimizer, **kwargs)
         self.retain_weight, self.forget_weight = retain_weight, forget_weight
         self._answers: dict[tuple[int, ...], Tensor] = {}
 

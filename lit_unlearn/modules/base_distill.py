@@ -25,11 +25,8 @@ class BaseDistillModule(ObjectiveUnlearningModule):
     READS = frozenset({"surprisal", "standardised_logprob", "entropy", "rank"})
     uses_reference = True
 
-    def __init__(self, network: nn.Module, base: str, target_ckpt: str | None = None, lr: float = 1e-3,
-                 retain_weight: float = 1.0, forget_weight: float = 1.0, teacher_temperature: float = 1.0,
-                 optimizer: str = "adamw",
-                 momentum: float = 0.0, weight_decay: float = 0.0, freeze_batchnorm: bool = True,
-                 log_every_n_steps: int | None = None) -> None:
+    def __init__(self, network: nn.Module, base: str, retain_weight: float = 1.0, forget_weight: float = 1.0,
+                 teacher_temperature: float = 1.0, optimizer: str = "adamw", **kwargs) -> None:
         """
         Args:
             base: the model the target was fine-tuned from (a Hugging Face folder or hub name), loaded frozen.
@@ -40,13 +37,12 @@ class BaseDistillModule(ObjectiveUnlearningModule):
                 holdout items.
         """
         if not teacher_temperature > 0:
-            from lit_unlearn.errors import UserError
+            from lit_unlearn.core.errors import UserError
 
             raise UserError(f"teacher_temperature must be positive, got {teacher_temperature}")
         self.teacher_temperature = teacher_temperature
         self.base = base
-        super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
-                         log_every_n_steps)
+        super().__init__(network, optimizer=optimizer, **kwargs)
         self.retain_weight, self.forget_weight = retain_weight, forget_weight
 
     def make_reference(self, network: nn.Module) -> nn.Module:

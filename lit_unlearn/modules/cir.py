@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from lit_unlearn.algorithms.cir import collapsed_weight_grad, shared_basis
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.modules.unlearning import UnlearningModule
 
 __all__ = ["CIRModule"]
@@ -34,10 +34,8 @@ __all__ = ["CIRModule"]
 class CIRModule(UnlearningModule):
     READS = frozenset({"surprisal", "activations"})  # the forget NLL, and the activations its update is built from
 
-    def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-2,
-                 retain_lr: float = 1e-3, components: int = 8, basis_every: int = 5,
-                 target_modules: list[str] | None = None, freeze_batchnorm: bool = True,
-                 log_every_n_steps: int | None = None) -> None:
+    def __init__(self, network: nn.Module, lr: float = 1e-2, retain_lr: float = 1e-3, components: int = 8,
+                 basis_every: int = 5, target_modules: list[str] | None = None, **kwargs) -> None:
         """
         Args:
             lr: the norm of each forget update (over all target weights together).
@@ -47,7 +45,7 @@ class CIRModule(UnlearningModule):
                 `basis_every` steps only measure.
             target_modules: name fragments of the linear layers that change (default: "mlp").
         """
-        super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
+        super().__init__(network, **kwargs)
         if not lr > 0 or retain_lr < 0 or components < 0 or basis_every < 1:
             raise UserError(f"CIR: need lr > 0, retain_lr ≥ 0, components ≥ 0, basis_every ≥ 1 (got {lr}, "
                             f"{retain_lr}, {components}, {basis_every})")

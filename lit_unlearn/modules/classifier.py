@@ -11,9 +11,9 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from lit_unlearn.algorithms.losses import mean_nll
-from lit_unlearn.errors import UserError
-from lit_unlearn.batches import logits_and_labels
-from lit_unlearn.results_tables import per_sample_stats
+from lit_unlearn.core.errors import UserError
+from lit_unlearn.core.batches import logits_and_labels
+from lit_unlearn.metrics.results_tables import per_sample_stats
 from lit_unlearn.verification.training_recipe import training_recipe_of
 
 __all__ = ["ClassifierModule", "SupervisedModule"]

@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from lit_unlearn.algorithms.losses import distillation_loss, mean_nll
-from lit_unlearn.batches import logits_and_labels
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.batches import logits_and_labels
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["DistillRobustifyModule", "INITS", "TARGETS"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from torchmetrics import MeanMetric
 
-from lit_unlearn.plug_points import EvalLoaders
-from lit_unlearn.results_tables import evaluate_splits, per_sample_stats
-from lit_unlearn.tensorboard import log_scalars
+from lit_unlearn.core.plug_points import EvalLoaders
+from lit_unlearn.metrics.results_tables import evaluate_splits, per_sample_stats
+from lit_unlearn.reporting.tensorboard import log_scalars
 
 __all__ = ["EvalSplitMetrics"]
 

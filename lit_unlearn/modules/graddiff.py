@@ -10,7 +10,7 @@ from __future__ import annotations
 from torch import nn
 
 from lit_unlearn.algorithms import combine_into
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.modules.optimizers import build_optimizer, check_optimizer
 from lit_unlearn.modules.unlearning import UnlearningModule
 
@@ -19,16 +19,14 @@ __all__ = ["GradDiffModule"]
 
 class GradDiffModule(UnlearningModule):
     READS = frozenset({"surprisal"})  # the forget answers' NLL
-    def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3,
-                 retain_weight: float = 0.5, forget_weight: float = 0.5, optimizer: str = "sgd",
-                 weight_decay: float = 0.0, freeze_batchnorm: bool = True,
-                 log_every_n_steps: int | None = None) -> None:
+    def __init__(self, network: nn.Module, lr: float = 1e-3, retain_weight: float = 0.5, forget_weight: float = 0.5,
+                 optimizer: str = "sgd", weight_decay: float = 0.0, **kwargs) -> None:
         """
         Args:
             optimizer: "sgd" (plain, the default), "adam" or "adamw" applied to w_r∇L_r − w_f∇L_f.
             weight_decay: the optimizer's (not applied by plain SGD's pre-scaled step; pass "adamw" to use it).
         """
-        super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
+        super().__init__(network, **kwargs)
         if lr <= 0:
             raise UserError(f"lr must be positive, got {lr}")
         check_optimizer(optimizer)

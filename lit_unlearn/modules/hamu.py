@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.algorithms import (
     COMBINE_PRECISIONS,
     GROUPINGS,
@@ -60,7 +60,7 @@ from lit_unlearn.algorithms.forget_objectives import READS as FORGET_READS
 from lit_unlearn.algorithms.losses import sequence_logprob
 from lit_unlearn.algorithms.token_profile import token_surprisal_and_z
 from lit_unlearn.modules.unlearning import UnlearningModule
-from lit_unlearn.plug_points import (
+from lit_unlearn.core.plug_points import (
     HoldoutLossSource,
     HoldoutProfileSource,
     QuotaSteered,
@@ -99,31 +99,15 @@ class HAMUModule(UnlearningModule, QuotaSteered, UpdateGuarded):
     @property
     def reads_statistics(self) -> frozenset[str]:
         return FORGET_READS[self.forget_objective] | ({"entropy"} if self.forget_entropy else set())
-    def __init__(
-        self,
-        network: nn.Module,
-        target_ckpt: str | None = None,
-        eta: float = 1e-4,
-        quota: float = 5e-5,
-        variant: str = "Q",
-        grouping: str = "parameter",
-        allocation: str = "norm_product",
-        clip_norm: float | None = 1.0,
-        infeasible: str = "best_effort",
-        quota_units: str = "clipped",
-        forget_ceiling: float | str | None = None,
-        forget_entropy: bool = False,
-        forget_token_cap: float | None = None,
-        preconditioner: str | None = None,
-        forget_objective: str = "nll",
-        npo_beta: float = 0.1,
-        profile_z_weight: float = 1.0,
-        measure_every_n_steps: int = 0,
-        combine_precision: str = "auto",
-        fused_passes: bool = False,
-        freeze_batchnorm: bool = True,
-        log_every_n_steps: int | None = None,
-    ) -> None:
+
+    def __init__(self, network: nn.Module, eta: float = 1e-4, quota: float = 5e-5, variant: str = "Q",
+                 grouping: str = "parameter", allocation: str = "norm_product", clip_norm: float | None = 1.0,
+                 infeasible: str = "best_effort", quota_units: str = "clipped",
+                 forget_ceiling: float | str | None = None, forget_entropy: bool = False,
+                 forget_token_cap: float | None = None, preconditioner: str | None = None,
+                 forget_objective: str = "nll", npo_beta: float = 0.1, profile_z_weight: float = 1.0,
+                 measure_every_n_steps: int = 0, combine_precision: str = "auto", fused_passes: bool = False,
+                 **kwargs) -> None:
         """
         Args:
             eta: η; the trust radius of block i is R_i = η‖g_r⁽ⁱ⁾‖ (HAMU-U: η‖g_f⁽ⁱ⁾‖).
@@ -165,7 +149,7 @@ class HAMUModule(UnlearningModule, QuotaSteered, UpdateGuarded):
                 passes). Off by default: the kernels alone are ~6× faster on a GPU, but a Llama-2-7B run with
                 them on one H200 did not finish 8 steps in 160 s, for a reason not yet found (docs/hamu.md).
         """
-        super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
+        super().__init__(network, **kwargs)
         if variant not in ("Q", "U"):
             raise UserError(f"variant={variant!r}: choose 'Q' or 'U'")
         if grouping not in GROUPINGS:

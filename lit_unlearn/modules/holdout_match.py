@@ -37,21 +37,18 @@ from torch import nn
 
 from lit_unlearn.algorithms.ofmu import norm
 from lit_unlearn.algorithms.token_profile import profile_distance, token_surprisal_and_z
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
-from lit_unlearn.plug_points import HoldoutProfileSource, plug_point
+from lit_unlearn.core.plug_points import HoldoutProfileSource, plug_point
 
 __all__ = ["HoldoutMatchModule"]
 
 
 class HoldoutMatchModule(ObjectiveUnlearningModule):
     READS = frozenset({"surprisal", "standardised_logprob"})  # the forget tokens' surprisal and Min-K %++ profiles
-    def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3,
-                 retain_weight: float = 1.0, forget_weight: float = 1.0, z_weight: float = 1.0,
-                 profile: str = "barycenter", sam_rho: float = 0.0, relearn_lr: float = 0.0,
-                 relearn_weight: float = 0.5,
-                 optimizer: str = "adamw", momentum: float = 0.0, weight_decay: float = 0.0,
-                 freeze_batchnorm: bool = True, log_every_n_steps: int | None = None) -> None:
+    def __init__(self, network: nn.Module, retain_weight: float = 1.0, forget_weight: float = 1.0,
+                 z_weight: float = 1.0, profile: str = "barycenter", sam_rho: float = 0.0, relearn_lr: float = 0.0,
+                 relearn_weight: float = 0.5, optimizer: str = "adamw", **kwargs) -> None:
         """
         Args:
             retain_weight, forget_weight: w_r and w_f.
@@ -78,8 +75,7 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
             raise UserError("HoldoutMatch: sam_rho and relearn_lr are separate options; set one of them")
         self.profile, self.sam_rho = profile, sam_rho
         self.relearn_lr, self.relearn_weight = relearn_lr, relearn_weight
-        super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
-                         log_every_n_steps)
+        super().__init__(network, optimizer=optimizer, **kwargs)
         self.retain_weight, self.forget_weight, self.z_weight = retain_weight, forget_weight, z_weight
         self._profile_source = None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from torch import nn
 
 from lit_unlearn.algorithms.losses import dpo_loss
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
 
 __all__ = ["IdkDPOModule", "alternate_batch"]
@@ -31,18 +31,15 @@ class IdkDPOModule(ObjectiveUnlearningModule):
     READS = frozenset({"surprisal"})  # the forget answers' and refusals' log-likelihoods
     uses_reference = True
 
-    def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-5, beta: float = 0.1,
-                 forget_weight: float = 1.0, retain_weight: float = 1.0, optimizer: str = "adamw",
-                 momentum: float = 0.0, weight_decay: float = 0.01, freeze_batchnorm: bool = True,
-                 log_every_n_steps: int | None = None) -> None:
+    def __init__(self, network: nn.Module, lr: float = 1e-5, beta: float = 0.1, forget_weight: float = 1.0,
+                 retain_weight: float = 1.0, optimizer: str = "adamw", weight_decay: float = 0.01, **kwargs) -> None:
         """
         Args:
             beta: DPO's inverse temperature.
             forget_weight: γ, the weight of the preference term.
             retain_weight: α, the weight of the retain NLL.
         """
-        super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
-                         log_every_n_steps)
+        super().__init__(network, lr=lr, optimizer=optimizer, weight_decay=weight_decay, **kwargs)
         if beta <= 0:
             raise UserError(f"IdkDPO needs beta > 0, got {beta}")
         self.beta, self.forget_weight, self.retain_weight = beta, forget_weight, retain_weight

@@ -15,12 +15,8 @@ class KLModule(ObjectiveUnlearningModule):
     READS = frozenset({"surprisal"})  # the forget answers' NLL (the KL term is on the retain set)
     uses_reference = True
 
-    def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3,
-                 retain_weight: float = 0.5, forget_weight: float = 0.5, optimizer: str = "sgd",
-                 momentum: float = 0.0, weight_decay: float = 0.0, freeze_batchnorm: bool = True,
-                 log_every_n_steps: int | None = None) -> None:
-        super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
-                         log_every_n_steps)
+    def __init__(self, network: nn.Module, retain_weight: float = 0.5, forget_weight: float = 0.5, **kwargs) -> None:
+        super().__init__(network, **kwargs)
         self.retain_weight, self.forget_weight = retain_weight, forget_weight
 
     def objective(self, retain_batch, forget_batch):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.algorithms.losses import npo_loss
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
 
@@ -18,17 +18,14 @@ class NPOModule(ObjectiveUnlearningModule):
     READS = frozenset({"surprisal"})  # the forget answers' log-likelihood ratio to the reference
     uses_reference = True
 
-    def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3, beta: float = 0.1,
-                 forget_weight: float = 1.0, retain_weight: float = 1.0, optimizer: str = "sgd",
-                 momentum: float = 0.0, weight_decay: float = 0.0, freeze_batchnorm: bool = True,
-                 log_every_n_steps: int | None = None) -> None:
+    def __init__(self, network: nn.Module, beta: float = 0.1, forget_weight: float = 1.0, retain_weight: float = 1.0,
+                 **kwargs) -> None:
         """
         Args:
             beta: NPO's inverse temperature (small β: GA-like; large β: stops early on forgotten examples).
             retain_weight: weight of the retain NLL (0 gives the original forget-only NPO).
         """
-        super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
-                         log_every_n_steps)
+        super().__init__(network, **kwargs)
         if beta <= 0:
             raise UserError(f"NPO needs beta > 0, got {beta}")
         self.beta, self.forget_weight, self.retain_weight = beta, forget_weight, retain_weight

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_unlearn.algorithms.losses import sequence_logprob
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.modules.optimizers import build_optimizer, check_optimizer
 from lit_unlearn.modules.unlearning import UnlearningModule
 
@@ -28,16 +28,19 @@ __all__ = ["ObjectiveUnlearningModule"]
 class ObjectiveUnlearningModule(UnlearningModule):
     uses_reference = False
 
-    def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3,
-                 optimizer: str = "sgd", momentum: float = 0.0, weight_decay: float = 0.0,
-                 freeze_batchnorm: bool = True, log_every_n_steps: int | None = None) -> None:
+    # The optimizer's four arguments live here once: a method restates one only where its default differs (NPO's
+    # paper form is SGD, IdkDPO's AdamW), and passes the rest on as **kwargs, which LightningCLI follows up to
+    # UnlearningModule (target_ckpt, freeze_batchnorm, log_every_n_steps).
+    def __init__(self, network: nn.Module, lr: float = 1e-3, optimizer: str = "sgd", momentum: float = 0.0,
+                 weight_decay: float = 0.0, **kwargs) -> None:
         """
         Args:
             lr: learning rate of the optimizer.
             optimizer: "sgd" (with `momentum`), "adam" or "adamw".
+            momentum: SGD's momentum.
             weight_decay: passed to the optimizer.
         """
-        super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
+        super().__init__(network, **kwargs)
         if not lr > 0:
             raise UserError(f"lr must be positive, got {lr}")
         check_optimizer(optimizer)

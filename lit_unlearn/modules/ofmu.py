@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.algorithms.ofmu import (
     HVP_MODES,
     capped_phi_gradient,
@@ -43,7 +43,7 @@ from lit_unlearn.algorithms.ofmu import (
 )
 from lit_unlearn.distributed.sharded_weights import ShardedWeights
 from lit_unlearn.modules.unlearning import UnlearningModule
-from lit_unlearn.plug_points import HoldoutLossSource, RhoScheduled, plug_point
+from lit_unlearn.core.plug_points import HoldoutLossSource, RhoScheduled, plug_point
 
 __all__ = ["OFMUModule", "OUTER_CLIPS"]
 
@@ -53,25 +53,11 @@ HOLDOUT = "holdout"  # forget_ceiling: the current model's mean NLL on unseen ho
 
 class OFMUModule(UnlearningModule, RhoScheduled):
     READS = frozenset({"surprisal", "gradient"})  # the forget NLL and its gradient's direction
-    def __init__(
-        self,
-        network: nn.Module,
-        target_ckpt: str | None = None,
-        inner_steps: int = 5,
-        inner_lr: float = 1e-3,
-        beta: float = 0.1,
-        outer_lr: float = 1e-3,
-        rho: float = 1.0,
-        hvp: str = "autograd",
-        fd_step: float = 1e-3,
-        stationarity_tol: float | None = None,
-        inner_clip_norm: float | None = None,
-        outer_clip_norm: float | None = None,
-        outer_clip: str = "joint",
-        forget_ceiling: float | str | None = None,
-        freeze_batchnorm: bool = True,
-        log_every_n_steps: int | None = None,
-    ) -> None:
+    def __init__(self, network: nn.Module, inner_steps: int = 5, inner_lr: float = 1e-3, beta: float = 0.1,
+                 outer_lr: float = 1e-3, rho: float = 1.0, hvp: str = "autograd", fd_step: float = 1e-3,
+                 stationarity_tol: float | None = None, inner_clip_norm: float | None = None,
+                 outer_clip_norm: float | None = None, outer_clip: str = "joint",
+                 forget_ceiling: float | str | None = None, **kwargs) -> None:
         """
         Args:
             inner_steps: T, gradient-ascent steps on Φ per outer round (0: outer step only).
@@ -92,7 +78,7 @@ class OFMUModule(UnlearningModule, RhoScheduled):
                 current model's mean NLL on the holdout items of the run's HoldoutVerification, re-read every
                 round), or None (unbounded, the paper's form).
         """
-        super().__init__(network, target_ckpt, freeze_batchnorm, log_every_n_steps)
+        super().__init__(network, **kwargs)
         if inner_steps < 0:
             raise UserError(f"inner_steps must be ≥ 0, got {inner_steps}")
         if hvp not in HVP_MODES:

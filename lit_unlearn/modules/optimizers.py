@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["OPTIMIZERS", "build_optimizer", "check_optimizer"]
 

@@ -16,8 +16,8 @@ import torch
 from torch import Tensor, nn
 
 from lit_unlearn.algorithms.losses import IGNORE_INDEX, activation_mse, rmu_control_vector
-from lit_unlearn.batches import is_token_batch
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.batches import is_token_batch
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
 
 __all__ = ["RMUModule", "find_layer", "layer_count"]
@@ -63,11 +63,9 @@ class RMUModule(ObjectiveUnlearningModule):
     READS = frozenset({"activations"})  # hidden activations on forget items
     uses_reference = True
 
-    def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 5e-5, layer: int = 7,
-                 steering: float = 20.0, retain_weight: float = 100.0, forget_weight: float = 1.0,
-                 module_regex: str | None = None, trainable: str | None = None, control_seed: int = 0,
-                 optimizer: str = "adamw", momentum: float = 0.0, weight_decay: float = 0.0,
-                 freeze_batchnorm: bool = True, log_every_n_steps: int | None = None) -> None:
+    def __init__(self, network: nn.Module, lr: float = 5e-5, layer: int = 7, steering: float = 20.0,
+                 retain_weight: float = 100.0, forget_weight: float = 1.0, module_regex: str | None = None,
+                 trainable: str | None = None, control_seed: int = 0, optimizer: str = "adamw", **kwargs) -> None:
         """
         Args:
             layer: ℓ, the decoder layer whose output is steered (default 7, WMDP's choice for 7B models).
@@ -98,8 +96,7 @@ class RMUModule(ObjectiveUnlearningModule):
             raise UserError(f"trainable={trainable!r} matches no parameter of the model up to the steered layer")
         for name, p in network.named_parameters():
             p.requires_grad_(name in train)
-        super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
-                         log_every_n_steps)
+        super().__init__(network, lr=lr, optimizer=optimizer, **kwargs)
         if steering <= 0:
             raise UserError(f"RMU needs steering > 0, got {steering}")
         self.layer_name = layer_name

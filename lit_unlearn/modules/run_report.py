@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lit_unlearn.console import say
-from lit_unlearn.results_tables import evaluate_splits, results_markdown, results_rows, verification_rows, write_results
+from lit_unlearn.core.console import say
+from lit_unlearn.metrics.results_tables import evaluate_splits, results_markdown, results_rows, verification_rows, write_results
 
 __all__ = ["RunReport"]
 
@@ -73,8 +73,8 @@ class RunReport:
     def _to_tensorboard(self, module, markdown: str, rows: list[dict], folder) -> None:
         """The results table as text, the trajectory as an image (also trajectory.png), hparams with the final
         metrics."""
-        from lit_unlearn.tensorboard import log_figure, log_final_hparams, log_text
-        from lit_unlearn.trajectory_plot import trajectory_figure
+        from lit_unlearn.reporting.tensorboard import log_figure, log_final_hparams, log_text
+        from lit_unlearn.reporting.trajectory_plot import trajectory_figure
 
         trainer, step = module.trainer, module.global_step
         log_text(trainer, "results", markdown, step)
@@ -82,7 +82,7 @@ class RunReport:
         if figure is not None:
             figure.savefig(Path(folder) / "trajectory.png", dpi=110)
             log_figure(trainer, "trajectory", figure, step)
-            from lit_unlearn.plotting import pyplot
+            from lit_unlearn.reporting.plotting import pyplot
 
             pyplot().close(figure)
         final = {f"final/{r['split']}_{k}": r[f"{k}_after"] for r in rows for k in ("loss", "acc")}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.algorithms.losses import kl_to_reference, mean_nll
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
 
@@ -27,13 +27,9 @@ class SCRUBModule(ObjectiveUnlearningModule):
     READS = frozenset({"surprisal", "standardised_logprob", "entropy", "rank"})
     uses_reference = True
 
-    def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-3,
-                 schedule: str = "alternating", max_phase_steps: int = 20, alpha: float = 0.001,
-                 gamma: float = 0.99, forget_weight: float = 1.0, optimizer: str = "sgd", momentum: float = 0.0,
-                 weight_decay: float = 0.0, freeze_batchnorm: bool = True,
-                 log_every_n_steps: int | None = None) -> None:
-        super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
-                         log_every_n_steps)
+    def __init__(self, network: nn.Module, schedule: str = "alternating", max_phase_steps: int = 20,
+                 alpha: float = 0.001, gamma: float = 0.99, forget_weight: float = 1.0, **kwargs) -> None:
+        super().__init__(network, **kwargs)
         if schedule not in SCHEDULES:
             raise UserError(f"schedule={schedule!r}: choose one of {SCHEDULES}")
         if max_phase_steps < 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from torch import nn
 
 from lit_unlearn.algorithms.losses import sequence_logprob, simnpo_loss, target_counts
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.modules.objective import ObjectiveUnlearningModule
 
 __all__ = ["SimNPOModule"]
@@ -18,10 +18,9 @@ __all__ = ["SimNPOModule"]
 
 class SimNPOModule(ObjectiveUnlearningModule):
     READS = frozenset({"surprisal"})  # the forget answers' length-normalised log-likelihood
-    def __init__(self, network: nn.Module, target_ckpt: str | None = None, lr: float = 1e-5, beta: float = 4.5,
-                 delta: float = 0.0, forget_weight: float = 0.125, retain_weight: float = 1.0,
-                 optimizer: str = "adamw", momentum: float = 0.0, weight_decay: float = 0.01,
-                 freeze_batchnorm: bool = True, log_every_n_steps: int | None = None) -> None:
+    def __init__(self, network: nn.Module, lr: float = 1e-5, beta: float = 4.5, delta: float = 0.0,
+                 forget_weight: float = 0.125, retain_weight: float = 1.0, optimizer: str = "adamw",
+                 weight_decay: float = 0.01, **kwargs) -> None:
         """
         Args:
             beta: inverse temperature of the sigmoid (large β: examples stop pushing once forgotten).
@@ -29,8 +28,7 @@ class SimNPOModule(ObjectiveUnlearningModule):
             forget_weight: γ, the weight of the SimNPO term.
             retain_weight: α, the weight of the retain NLL.
         """
-        super().__init__(network, target_ckpt, lr, optimizer, momentum, weight_decay, freeze_batchnorm,
-                         log_every_n_steps)
+        super().__init__(network, lr=lr, optimizer=optimizer, weight_decay=weight_decay, **kwargs)
         if beta <= 0:
             raise UserError(f"SimNPO needs beta > 0, got {beta}")
         self.beta, self.delta = beta, delta

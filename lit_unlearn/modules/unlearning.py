@@ -24,10 +24,10 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from lit_unlearn.algorithms.losses import IGNORE_INDEX, mean_nll
-from lit_unlearn.batches import is_token_batch, logits_and_labels
-from lit_unlearn.checkpoints import load_network_weights
+from lit_unlearn.core.batches import is_token_batch, logits_and_labels
+from lit_unlearn.storage.checkpoints import load_network_weights
 from lit_unlearn.distributed.sharded_grads import zero_stage
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.modules.eval_splits import EvalSplitMetrics
 from lit_unlearn.modules.gradient_access import GradientAccess
 from lit_unlearn.modules.run_report import RunReport

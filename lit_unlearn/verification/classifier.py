@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from lit_unlearn.eval_mode import eval_mode
+from lit_unlearn.core.eval_mode import eval_mode
 from lit_unlearn.metrics.metric_units import units_of
 from lit_unlearn.metrics.membership import avg_gap, distinguishability_auc, mia_efficacy, output_features
 

@@ -165,7 +165,7 @@ def self_margins(holdout: Mapping[str, Sequence[float]], groups: Sequence, attac
     Needs SELF_MIN_AUTHORS holdout authors."""
     import numpy as np
 
-    from lit_unlearn.errors import UserError
+    from lit_unlearn.core.errors import UserError
 
     authors = list(dict.fromkeys(groups))
     if len(authors) < SELF_MIN_AUTHORS:

@@ -22,7 +22,7 @@ import math
 from functools import lru_cache
 from importlib import resources
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["calibrated_margins", "calibrated_modes", "margin_key", "calibration", "delta_from_bands", "CALIBRATION_FILE",
            "calibrated_levels", "best_modes"]

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from lit_unlearn.algorithms.losses import mean_nll
-from lit_unlearn.batches import logits_and_labels
+from lit_unlearn.core.batches import logits_and_labels
 from lit_unlearn.data.qa_format import QAFormatter, pad_collate
 
 __all__ = ["relearn_split", "same_author", "relearned", "Reads"]

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from lit_unlearn.errors import MissingFileError, UserError
-from lit_unlearn.process import process_rank
-from lit_unlearn.specs import build, describe, fingerprint
+from lit_unlearn.core.errors import MissingFileError, UserError
+from lit_unlearn.core.process import process_rank
+from lit_unlearn.storage.specs import build, describe, fingerprint
 from lit_unlearn.verification.training_recipe import TrainingRecipe
 
 __all__ = ["RetrainedReference", "preserved_rng", "REFERENCE_FILE", "write_reference"]
@@ -143,7 +143,7 @@ class RetrainedReference:
         `network` (which is not modified)."""
         import copy
 
-        from lit_unlearn.checkpoints import load_network_weights
+        from lit_unlearn.storage.checkpoints import load_network_weights
 
         if self.ckpt:
             reference = copy.deepcopy(network)
@@ -170,7 +170,7 @@ def write_reference(folder: Path, network: nn.Module, recipe: TrainingRecipe, ne
     reads (written atomically: a killed retrain never leaves a half-written reference), and reference.json."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / REFERENCE_FILE
-    from lit_unlearn.files import atomic_path
+    from lit_unlearn.storage.files import atomic_path
 
     with atomic_path(path) as tmp:
         torch.save({"state_dict": {f"network.{k}": v.cpu() for k, v in network.state_dict().items()},

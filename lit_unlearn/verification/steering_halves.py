@@ -27,7 +27,7 @@ def author_groups(rows: list[dict], what: str, items_per_author: int = ITEMS_PER
     if rows and all("author" in r for r in rows):
         return [r["author"] for r in rows]
     if len(rows) % items_per_author:
-        from lit_unlearn.errors import UserError
+        from lit_unlearn.core.errors import UserError
 
         raise UserError(f"the {what} split has {len(rows)} items, not a multiple of items_per_author="
                         f"{items_per_author}: give each row an `author` field (the bootstrap resamples authors) or "

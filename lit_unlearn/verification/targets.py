@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from lit_unlearn.errors import UserError, did_you_mean
+from lit_unlearn.core.errors import UserError, did_you_mean
 from lit_unlearn.metrics.metric_units import METRIC_UNITS, MetricUnit
 
 __all__ = ["METRICS", "ForgetTarget", "MetricInfo", "parse_targets"]

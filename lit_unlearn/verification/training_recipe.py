@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["TrainingRecipe", "training_recipe_of"]
 
@@ -64,7 +64,7 @@ class TrainingRecipe:
 
         path = Path(name_or_path).expanduser()
         if not path.is_file():
-            from lit_unlearn.packaged_files import packaged_config
+            from lit_unlearn.storage.packaged_files import packaged_config
 
             path = Path(packaged_config(name_or_path))
         cfg = yaml.safe_load(path.read_text()) or {}

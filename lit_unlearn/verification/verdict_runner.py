@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.metrics.membership_attacks import ATTACKS
 from lit_unlearn.verification.full_verdict import (
     MODES,

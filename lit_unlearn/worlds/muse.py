@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from lit_unlearn.specs import fingerprint
+from lit_unlearn.storage.specs import fingerprint
 
 __all__ = ["prepare_muse_assets"]
 
@@ -44,7 +44,7 @@ def prepare_muse_assets(out: str | Path = "runs/muse", seed: int = 0, epochs: in
 
     from lit_unlearn.data import MuseSource, train_bpe_tokenizer, write_muse_json
     from lit_unlearn.data.tokenizer import load_tokenizer
-    from lit_unlearn.metrics.muse_eval import MuseEvaluator
+    from lit_unlearn.metrics.muse.evaluator import MuseEvaluator
     from lit_unlearn.models import CausalLM
 
     out = Path(out)

@@ -29,6 +29,7 @@ once and reused; every model is trained through the launch path (resumable, pre-
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -175,6 +176,20 @@ BUILD_SOURCES = ("lit_unlearn.worlds.tofu_world:write_world_data", "lit_unlearn.
 REPORT_SOURCES = ("lit_unlearn.metrics",)
 
 
+def _without_imports(text: str) -> bytes:
+    """Source text less its import statements: where a helper lives is not what a world is built by, so moving a
+    module between folders keeps every world's key."""
+    import ast
+
+    lines = text.splitlines()
+    tree = ast.parse(textwrap.dedent(text))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for i in range(node.lineno - 1, node.end_lineno):
+                lines[i] = ""
+    return "\n".join(line for line in lines if line.strip()).encode()
+
+
 def _source_digest(names) -> str:
     import hashlib
     import importlib
@@ -185,12 +200,12 @@ def _source_digest(names) -> str:
         module_name, _, attr = name.partition(":")
         module = importlib.import_module(module_name)
         if attr:
-            text = inspect.getsource(getattr(module, attr)).encode()
-        elif module.__file__.endswith("__init__.py"):  # a package: every module in it
+            text = _without_imports(inspect.getsource(getattr(module, attr)))
+        elif module.__file__.endswith("__init__.py"):  # a package: every module in it, wherever it sits inside
             folder = Path(module.__file__).parent
-            text = b"".join(f.read_bytes() for f in sorted(folder.rglob("*.py")))
+            text = b"".join(sorted(_without_imports(f.read_text()) for f in folder.rglob("*.py")))
         else:
-            text = Path(module.__file__).read_bytes()
+            text = _without_imports(Path(module.__file__).read_text())
         digest.update(name.encode() + b"\0" + text)
     if any(n.startswith("lit_unlearn.data.tofu_release") for n in names):  # the data itself
         from importlib import resources

@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lit_unlearn.console import fmt
-from lit_unlearn.errors import MissingFileError
+from lit_unlearn.core.console import fmt
+from lit_unlearn.core.errors import MissingFileError
 
 __all__ = ["TofuReport", "HEADLINE", "summary_of", "load_reference"]
 
@@ -21,7 +21,7 @@ class TofuReport:
     per_item: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     mia_convention: str = "lit-unlearn"
-    verification: dict | None = None  # against the retain-only model (lit_unlearn.metrics.tofu_verification)
+    verification: dict | None = None  # against the retain-only model (lit_unlearn.metrics.tofu.verification)
     truncated: dict[str, list[int]] = field(default_factory=dict)  # split -> [sequences cut, sequences]
     max_length: int | None = None
     generation: dict | None = None  # {"max_new_tokens": n, "coverage": {split: share of answers ≤ n tokens}}
@@ -77,7 +77,7 @@ class TofuReport:
                 ", ".join(f"{k} {c} of {n} sequences" for k, (c, n) in cut.items()) + f" (raise max_length; {lost})")
 
     def save(self, path: str | Path) -> Path:
-        from lit_unlearn.files import atomic_write_text
+        from lit_unlearn.storage.files import atomic_write_text
 
         path = Path(path)
         atomic_write_text(path, json.dumps({

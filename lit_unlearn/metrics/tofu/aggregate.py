@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 import warnings
 
-from lit_unlearn.errors import UserError
-from lit_unlearn.metrics import tofu_math
+from lit_unlearn.core.errors import UserError
+from lit_unlearn.metrics.tofu import formulas as tofu_math
 from lit_unlearn.metrics.mia_convention import MIAConvention
-from lit_unlearn.metrics.tofu_report import HEADLINE
+from lit_unlearn.metrics.tofu.report import HEADLINE
 
 __all__ = ["aggregate", "check_forget_items", "common_forget_items", "privleak"]
 

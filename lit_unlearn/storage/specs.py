@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["build", "describe", "fingerprint", "namespace_to_dict", "read_spec_file", "dataclass_spec",
            "check_keys"]
@@ -23,7 +23,7 @@ def read_spec_file(path: str | Path, what: str, example: str = "") -> dict[str, 
     """The YAML mapping in `path` (an empty file is {}), or a one-line error naming `what` the file should be."""
     import yaml
 
-    from lit_unlearn.errors import MissingFileError
+    from lit_unlearn.core.errors import MissingFileError
 
     path = Path(path)
     if not path.is_file():
@@ -39,7 +39,7 @@ def read_spec_file(path: str | Path, what: str, example: str = "") -> dict[str, 
 
 def check_keys(data: dict, known, where: str) -> None:
     """A one-line error for the first key of `data` not in `known`, with the closest known one."""
-    from lit_unlearn.errors import did_you_mean
+    from lit_unlearn.core.errors import did_you_mean
 
     known = list(known)
     for key in data:

@@ -19,7 +19,7 @@ import difflib
 from functools import lru_cache
 from importlib import resources
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["KINDS", "list_configs", "config_kind", "packaged_config", "commands_of"]
 

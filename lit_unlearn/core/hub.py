@@ -11,7 +11,7 @@ import functools
 import re
 from pathlib import Path
 
-from lit_unlearn.errors import MissingFileError, UserError
+from lit_unlearn.core.errors import MissingFileError, UserError
 
 __all__ = ["resolve_pretrained", "is_hub_name", "hub_error", "offline"]
 

@@ -33,17 +33,17 @@ from torch import nn
 
 from lit_unlearn.data.qa_format import MAX_LENGTH, QAFormatter
 from lit_unlearn.distributed.sharded_grads import zero3_partitioned
-from lit_unlearn.errors import UserError
-from lit_unlearn.eval_mode import eval_mode
+from lit_unlearn.core.errors import UserError
+from lit_unlearn.core.eval_mode import eval_mode
 from lit_unlearn.metrics.metric_units import EVERY_SPLIT, METRIC_UNITS, Passes
 from lit_unlearn.metrics.mia_convention import MIAConvention, get_convention
-from lit_unlearn.metrics.tofu_aggregate import aggregate, check_forget_items
-from lit_unlearn.metrics.tofu_metrics import rank_and_world
-from lit_unlearn.metrics.tofu_mia import gradient_norms, membership_scores, reference_attack, reference_nll
-from lit_unlearn.metrics.tofu_report import HEADLINE, TofuReport, load_reference, summary_of
-from lit_unlearn.metrics.tofu_rouge import GreedyAnswers, rouge_scores
-from lit_unlearn.metrics.tofu_scoring import TeacherForcedScoring, nll_only_pairs, split_pairs, split_scores
-from lit_unlearn.metrics.tofu_verification import tofu_verification
+from lit_unlearn.metrics.tofu.aggregate import aggregate, check_forget_items
+from lit_unlearn.metrics.tofu.torch_metrics import rank_and_world
+from lit_unlearn.metrics.tofu.mia import gradient_norms, membership_scores, reference_attack, reference_nll
+from lit_unlearn.metrics.tofu.report import HEADLINE, TofuReport, load_reference, summary_of
+from lit_unlearn.metrics.tofu.rouge import GreedyAnswers, rouge_scores
+from lit_unlearn.metrics.tofu.scoring import TeacherForcedScoring, nll_only_pairs, split_pairs, split_scores
+from lit_unlearn.metrics.tofu.verification import tofu_verification
 
 __all__ = ["TofuEvaluator", "TofuReport", "HEADLINE", "TARGET_METRICS", "PASSES", "Passes"]
 

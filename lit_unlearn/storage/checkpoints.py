@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lit_unlearn.errors import MissingFileError, UserError
+from lit_unlearn.core.errors import MissingFileError, UserError
 
 __all__ = ["load_network_weights"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.errors import UserError
 
 __all__ = ["HoldoutLossSource", "HoldoutProfileSource", "ForgetLossGoal", "QuotaSteered", "UpdateGuarded", "RhoScheduled",
            "EvalSplitsSource", "EvalLoaders", "TextsSource", "declares", "plug_point", "plug_points", "require"]

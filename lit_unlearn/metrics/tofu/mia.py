@@ -13,12 +13,12 @@ import torch
 from torch import Tensor, nn
 
 from lit_unlearn.algorithms.losses import IGNORE_INDEX
-from lit_unlearn.batches import logits_and_labels
-from lit_unlearn.errors import UserError
+from lit_unlearn.core.batches import logits_and_labels
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.metrics.membership_attacks import FEATURES, SCORING_ATTACKS, scoring_attack_scores
 from lit_unlearn.metrics.mia_convention import MIAConvention
-from lit_unlearn.metrics.tofu_metrics import ItemMean, MembershipAUC
-from lit_unlearn.metrics.tofu_scoring import AnswerStats, TeacherForcedScoring
+from lit_unlearn.metrics.tofu.torch_metrics import ItemMean, MembershipAUC
+from lit_unlearn.metrics.tofu.scoring import AnswerStats, TeacherForcedScoring
 
 __all__ = ["MIA_ATTACKS", "attack_scores", "gradient_norms", "membership_scores", "reference_nll", "restore_order"]
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from lit_unlearn.data.qa_format import QAFormatter
 from lit_unlearn.metrics.generation import attention_for_generation, generation_budget, greedy_continuations
-from lit_unlearn.metrics.tofu_metrics import RougeLRecall
+from lit_unlearn.metrics.tofu.torch_metrics import RougeLRecall
 
 __all__ = ["GreedyAnswers", "answer_budget", "rouge_scores", "TOFU_MAX_NEW_TOKENS"]
 

@@ -3,7 +3,7 @@
 Each entry below was seen on a plain `lit-unlearn demo` or `tofu-demo` run and says nothing the user can act
 on. Lightning's info lines (accelerator, litlogger tip, "fit stopped") are turned off by raising its loggers'
 level to warnings: real warnings still come through. The tool's own lines are printed by
-`lit_unlearn.console.say` and are not affected.
+`lit_unlearn.core.console.say` and are not affected.
 """
 
 from __future__ import annotations

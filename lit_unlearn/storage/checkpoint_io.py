@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from lit_unlearn.files import atomic_write_bytes
+from lit_unlearn.storage.files import atomic_write_bytes
 
 __all__ = ["AtomicCheckpointIO", "atomic_write_bytes", "checkpoint_is_loadable", "COMPLETE_MARKER"]
 

@@ -26,12 +26,13 @@ import torch
 from torch import nn
 
 from lit_unlearn.data.muse import MuseSource
-from lit_unlearn.eval_mode import eval_mode
-from lit_unlearn.errors import UserError
-from lit_unlearn.metrics import muse_math, tofu_math
-from lit_unlearn.metrics.tofu_eval import TofuReport
+from lit_unlearn.core.eval_mode import eval_mode
+from lit_unlearn.core.errors import UserError
+from lit_unlearn.metrics.muse import formulas as muse_math
+from lit_unlearn.metrics.tofu import formulas as tofu_math
+from lit_unlearn.metrics.tofu.evaluator import TofuReport
 from lit_unlearn.metrics.generation import greedy_continuations
-from lit_unlearn.metrics.tofu_metrics import ItemMean, MembershipAUC, rank_and_world
+from lit_unlearn.metrics.tofu.torch_metrics import ItemMean, MembershipAUC, rank_and_world
 
 __all__ = ["MuseEvaluator"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lit_unlearn.plotting import pyplot
+from lit_unlearn.reporting.plotting import pyplot
 
 __all__ = ["trajectory_figure"]
 

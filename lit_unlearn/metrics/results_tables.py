@@ -15,9 +15,9 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from lit_unlearn.algorithms.losses import IGNORE_INDEX
-from lit_unlearn.batches import logits_and_labels, to_device
-from lit_unlearn.eval_mode import eval_mode
-from lit_unlearn.console import fmt
+from lit_unlearn.core.batches import logits_and_labels, to_device
+from lit_unlearn.core.eval_mode import eval_mode
+from lit_unlearn.core.console import fmt
 
 __all__ = ["per_sample_stats", "evaluate_splits", "results_rows", "verification_rows", "format_table",
            "results_markdown", "write_results"]

@@ -19,12 +19,12 @@ import torch
 from torch import Tensor, nn
 
 from lit_unlearn.algorithms.losses import IGNORE_INDEX
-from lit_unlearn.batches import logits_and_labels
+from lit_unlearn.core.batches import logits_and_labels
 from lit_unlearn.data.qa_format import QAFormatter, pad_collate
-from lit_unlearn.errors import UserError
-from lit_unlearn.metrics import tofu_math
+from lit_unlearn.core.errors import UserError
+from lit_unlearn.metrics.tofu import formulas as tofu_math
 from lit_unlearn.metrics.mia_convention import MIAConvention
-from lit_unlearn.metrics.tofu_metrics import AnswerProbability, ItemMean, NormalisedProbability, TruthRatio
+from lit_unlearn.metrics.tofu.torch_metrics import AnswerProbability, ItemMean, NormalisedProbability, TruthRatio
 
 __all__ = ["AnswerStats", "TeacherForcedScoring", "nll_only_pairs", "split_pairs", "split_scores", "KNOWLEDGE"]
 

@@ -12,7 +12,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
-from lit_unlearn.metrics import tofu_math
+from lit_unlearn.metrics.tofu import formulas as tofu_math
 
 __all__ = ["rank_and_world", "PerItem", "ItemMean", "AnswerProbability", "NormalisedProbability", "TruthRatio", "RougeLRecall",
            "ForgetQuality", "MembershipAUC"]

@@ -1,0 +1,1 @@
+"""The MUSE evaluation: its formulas and the evaluator."""

@@ -1,0 +1,1 @@
+"""Figures and TensorBoard extras a run writes besides its scalars."""
