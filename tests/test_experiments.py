@@ -77,6 +77,40 @@ def test_suite_writes_every_study_and_its_claims_match_the_csvs(tmp_path):
                                                                        "global constraint"}
 
 
+@pytest.mark.slow
+def test_the_suite_on_a_tofu_world_varies_the_retain_sets_duplicates_and_checks_the_same_claims(tmp_path, tofu_world):
+    """experiment_tofu's form on the shared world: ρ is the share of forget items whose semantic duplicate joins the
+    retain set, so the retain gradient (and κ) differs between ρ = 0 and 1 from the first step; each claim is
+    recomputed from the CSVs; the retrained-model verification is refused with a pointer to the bench."""
+    cfg = {"seeds": [0], "world": {"root": str(tofu_world.folder.parent), "seed": 0, "level": "01", "eval_items": 16},
+           "data": {"retain_batch_size": 20, "forget_batch_size": 20, "steps_per_epoch": 2}, "epochs": 1,
+           "rhos": [0.0, 0.5, 1.0],
+           "studies": ["trajectories", "hardness", "quota", "stopping"],
+           "methods": {"HAMU": {"class_path": "lit_unlearn.modules.HAMUModule", "init_args": {"eta": 0.05, "quota": 0.005}},
+                       "FT": {"class_path": "lit_unlearn.modules.FTModule", "init_args": {"lr": 1e-3, "optimizer": "adamw"}}},
+           "quota": {"rho": 1.0, "ratios": [0.05, 0.1, 0.2]}, "stopping": {"rho": 1.0, "epochs": 2}}
+    summary = run_suite(cfg, tmp_path, plots=False, log=lambda m: None)
+    hard = _rows(tmp_path / "hardness.csv")
+    starts = {float(r["rho"]): float(r["kappa_start"]) for r in hard}
+    assert set(starts) == {0.0, 0.5, 1.0} and starts[0.0] != starts[1.0]
+    r = scipy.stats.pearsonr([float(x["rho"]) for x in hard], [float(x["kappa_mean"]) for x in hard]).statistic
+    assert summary["hardness"]["kappa"]["r"] == pytest.approx(r)
+    traj = _rows(tmp_path / "trajectories.csv")
+    assert {(x["method"], float(x["rho"])) for x in traj} == {(m, rho) for m in ("HAMU", "FT") for rho in (0, .5, 1)}
+    assert all(float(x["delta_forget_loss"]) == 0.0 for x in traj if x["epoch"] == "0")
+    assert all(float(x["delta_forget_loss"]) != 0.0 and int(x["step"]) == 2 for x in traj if x["epoch"] == "1")
+    quota = _rows(tmp_path / "quota.csv")
+    x, y = np.array([float(q["q_over_eta"]) for q in quota]), np.array([float(q["delta_forget_loss"]) for q in quota])
+    slope, intercept = np.polyfit(x, y, 1)
+    assert summary["quota"]["r2"] == pytest.approx(1 - ((y - slope * x - intercept) ** 2).sum()
+                                                   / ((y - y.mean()) ** 2).sum(), rel=1e-6)
+    assert summary["stopping"]["total_steps"] == 4
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(json.dumps({**cfg, "studies": ["verification"]}))
+    with pytest.raises(ValueError, match="lit-unlearn bench"):
+        load_config(bad)
+
+
 def test_recorder_rows_are_the_evaluation_of_the_model_at_that_point():
     torch.manual_seed(0)
     module = HAMUModule(CifarResNet(depth=8, num_classes=10, in_channels=1), eta=0.1, quota=0.002)
@@ -98,7 +132,7 @@ def test_recorder_rows_are_the_evaluation_of_the_model_at_that_point():
 
 
 def test_packaged_suite_configs_load_and_method_configs_extend_the_shared_base():
-    for name in ("experiment_digits", "experiment_cifar10"):
+    for name in ("experiment_digits", "experiment_cifar10", "experiment_tofu"):
         cfg = load_config(config_chain(name)[-1])
         assert set(cfg.get("studies", STUDIES)) <= set(STUDIES)
     for method in ("hamu", "ft", "ga", "graddiff", "kl", "scrub", "npo"):

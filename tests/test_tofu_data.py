@@ -87,6 +87,14 @@ def test_retain_duplicates_add_each_forget_items_paraphrase_to_the_retain_set_on
                      for r in s["forget10_perturbed"]]
     assert all(d["answer"] != f["answer"] for d, f in zip(added, forget))  # a paraphrase, not a copy
     assert hard.eval_splits() == plain.eval_splits()
+    # a share: that many of the same duplicates, the same draw on every run, none at 0
+    half = TofuSource(str(folder / "data"), retain_duplicates=0.5).forget_retain()[1][len(s["retain90"]):]
+    assert len(half) == round(0.5 * len(added)) and all(d in added for d in half)
+    assert half == TofuSource(str(folder / "data"), retain_duplicates=0.5).forget_retain()[1][len(s["retain90"]):]
+    assert half != added[:len(half)]  # drawn, not the first items (the forget set is ordered by author)
+    assert TofuSource(str(folder / "data"), retain_duplicates=0.0).forget_retain() == plain.forget_retain()
+    with pytest.raises(ValueError, match="share in \\[0, 1\\]"):
+        TofuSource(str(folder / "data"), retain_duplicates=1.5)
 
 
 def test_formatter_puts_the_loss_on_answer_tokens_only(tofu):

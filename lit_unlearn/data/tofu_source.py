@@ -81,7 +81,7 @@ def check_columns(rows: list[dict], required: tuple[str, ...], split: str, where
 
 class TofuSource(EvalSplitsSource):
     def __init__(self, path: str = "locuslab/TOFU", forget_level: str = "10", cache_dir: str | None = None,
-                 retain_duplicates: bool = False) -> None:
+                 retain_duplicates: bool | float = False) -> None:
         """
         Args:
             path: HF hub dataset name or a local folder of `{split}.json|jsonl|parquet`.
@@ -90,10 +90,13 @@ class TofuSource(EvalSplitsSource):
                 paraphrased question and paraphrased answer, from TOFU's perturbed forget split): the hard case of
                 the HAMU paper's WaterDrum-TOFU study, where forgetting an item and keeping its paraphrase conflict.
                 WaterDrum's own duplicates are paraphrases made for it; TOFU's are the ones its truth ratio uses.
-                The evaluation splits are unchanged.
+                A number in [0, 1] is the share of forget items whose duplicate joins (a fixed draw, the same on
+                every run): the LLM counterpart of the vision suite's ρ-mixtures. The evaluation splits are unchanged.
         """
         if forget_level not in FORGET_SPLITS:
             raise UserError(f"forget_level={forget_level!r}: choose one of {sorted(FORGET_SPLITS)}")
+        if not 0.0 <= float(retain_duplicates) <= 1.0:
+            raise UserError(f"retain_duplicates={retain_duplicates!r}: give true/false or a share in [0, 1]")
         self.path, self.forget_level, self.cache_dir = path, forget_level, cache_dir
         self.retain_duplicates = retain_duplicates
 
@@ -123,7 +126,7 @@ class TofuSource(EvalSplitsSource):
             paraphrased = self.load_split(f"{forget}_perturbed")
             check_columns(paraphrased, ("paraphrased_question", "paraphrased_answer"), f"{forget}_perturbed",
                           self.path)
-            rows = rows[0], rows[1] + semantic_duplicates(paraphrased)
+            rows = rows[0], rows[1] + semantic_duplicates(paraphrased, float(self.retain_duplicates))
         return rows
 
     def eval_splits(self) -> dict[str, list[dict]]:
@@ -142,9 +145,16 @@ class TofuSource(EvalSplitsSource):
         return out
 
 
-def semantic_duplicates(paraphrased: list[dict]) -> list[dict]:
-    """One QA row per forget item: its paraphrased question and paraphrased answer."""
-    return [{"question": r["paraphrased_question"], "answer": r["paraphrased_answer"]} for r in paraphrased]
+def semantic_duplicates(paraphrased: list[dict], share: float = 1.0) -> list[dict]:
+    """One QA row per forget item (or for round(share·N) of them, drawn once with a fixed seed): its paraphrased
+    question and paraphrased answer."""
+    import random
+
+    chosen = range(len(paraphrased))
+    if share < 1.0:
+        chosen = sorted(random.Random(0).sample(range(len(paraphrased)), round(share * len(paraphrased))))
+    return [{"question": paraphrased[i]["paraphrased_question"], "answer": paraphrased[i]["paraphrased_answer"]}
+            for i in chosen]
 
 
 class WaterDrumSource(TofuSource):

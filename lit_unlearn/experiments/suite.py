@@ -1,4 +1,6 @@
-"""The CV experiment suite: reruns the HAMU paper's comparisons and checks its claims on our own numbers.
+"""The experiment suite: reruns the HAMU paper's comparisons and checks its claims on our own numbers, on a vision
+task (ρ: the share of the forget set drawn from other classes) or on a TOFU world (`world:`; ρ: the share of forget
+items whose semantic duplicate the retain set holds, the paper's WaterDrum-TOFU hard case).
 
 Studies (each optional, driven by one YAML file such as configs/experiment/experiment_digits.yaml):
 - trajectories: ΔL_f and −ΔL_r per epoch for every method at each ρ (ρ-mixture forget sets);
@@ -27,7 +29,13 @@ import numpy as np
 import scipy.stats
 
 from lit_unlearn.core.errors import UserError, did_you_mean
-from lit_unlearn.experiments.unlearning_run import RunResult, describe_callback, train_target, unlearning_run
+from lit_unlearn.experiments.unlearning_run import (
+    RunResult,
+    describe_callback,
+    tofu_unlearning_run,
+    train_target,
+    unlearning_run,
+)
 from lit_unlearn.storage.specs import fingerprint, read_spec_file
 from lit_unlearn.core.console import fmt
 
@@ -44,14 +52,16 @@ EPOCH_COLUMNS = {
     "test_acc": "val/test_acc",
 }
 REQUIRED = ("network", "dataset", "target", "forget", "data", "epochs", "methods")
+REQUIRED_TOFU = ("world", "data", "epochs", "methods")
 
 
 SCHEMA: dict[str, tuple[str, ...]] = {
-    "": ("out_dir", "seeds", "network", "dataset", "target", "forget", "data", "epochs", "rhos", "studies", "methods",
-         "quota", "stopping", "ablation", "verification"),
+    "": ("out_dir", "seeds", "network", "dataset", "target", "forget", "world", "data", "epochs", "rhos", "studies",
+         "methods", "quota", "stopping", "ablation", "verification"),
+    "world": ("seed", "root", "level", "eval_items"),
     "target": ("epochs", "lr", "batch_size", "ckpt"),
     "forget": ("forget_class", "size"),
-    "data": ("retain_batch_size", "forget_batch_size"),
+    "data": ("retain_batch_size", "forget_batch_size", "steps_per_epoch"),
     "quota": ("method", "rho", "epochs", "ratios"),
     "stopping": ("method", "rho", "epochs", "callback"),
     "ablation": ("method", "rho", "epochs", "variants"),
@@ -76,9 +86,15 @@ def load_config(path: str | Path) -> dict[str, Any]:
     for section in SCHEMA:
         if section and isinstance(cfg.get(section), dict):
             _check_keys(cfg[section], section, path)
-    missing = [k for k in REQUIRED if k not in cfg]
+    missing = [k for k in (REQUIRED_TOFU if "world" in cfg else REQUIRED) if k not in cfg]
     if missing:
         raise UserError(f"{path}: missing top-level keys {missing}")
+    if "world" not in cfg and "steps_per_epoch" in (cfg.get("data") or {}):
+        raise UserError(f"{path}: data.steps_per_epoch is for a TOFU world (`world:`); a vision run's epoch is a pass "
+                        "over its data")
+    if "world" in cfg and "verification" in cfg.get("studies", STUDIES):
+        raise UserError(f"{path}: the verification study judges against a retrained vision model; on a TOFU world "
+                        "drop it from `studies` and verify with `lit-unlearn bench` (the full verdict)")
     unknown = [s for s in cfg.get("studies", STUDIES) if s not in STUDIES]
     if unknown:
         raise UserError(f"{path}: unknown studies {unknown}; choose from {', '.join(STUDIES)}")
@@ -102,11 +118,20 @@ class ExperimentSuite:
     def __init__(self, cfg: dict[str, Any], out_dir: Path, log=print) -> None:
         self.cfg, self.out, self.log = cfg, out_dir, log
         self.out.mkdir(parents=True, exist_ok=True)
-        target = cfg["target"]
-        ckpt = Path(target.get("ckpt") or self.out / "target.ckpt")
         started = time.perf_counter()
-        self.target = train_target(cfg["network"], cfg["dataset"], ckpt, epochs=int(target.get("epochs", 4)),
-                                   lr=float(target.get("lr", 1e-3)), batch_size=int(target.get("batch_size", 128)))
+        self.world: Path | None = None
+        if "world" in cfg:  # the world's own target: built once, cached under its key
+            from lit_unlearn.worlds.tofu_world import prepare_tofu_world
+
+            world = cfg["world"]
+            self.world = prepare_tofu_world(world.get("root", "runs/tofu/worlds"), seed=int(world.get("seed", 100)),
+                                            levels=(str(world.get("level", "10")),), log=log).folder
+            self.target = self.world / "target"
+        else:
+            target = cfg["target"]
+            ckpt = Path(target.get("ckpt") or self.out / "target.ckpt")
+            self.target = train_target(cfg["network"], cfg["dataset"], ckpt, epochs=int(target.get("epochs", 4)),
+                                       lr=float(target.get("lr", 1e-3)), batch_size=int(target.get("batch_size", 128)))
         self.log(f"target: {self.target} ({time.perf_counter() - started:.0f} s)")
         self.seeds = list(cfg.get("seeds", [0]))
         self.summary: dict[str, Any] = {"config": cfg}
@@ -142,20 +167,29 @@ class ExperimentSuite:
             kappa_stopping: dict | None = None, callbacks: list | None = None, spec: dict | None = None) -> RunResult:
         spec = copy.deepcopy(spec or self.cfg["methods"][method])
         spec.setdefault("init_args", {}).update(init_overrides or {})
-        forget, data = self.cfg["forget"], self.cfg["data"]
+        forget, data = self.cfg.get("forget"), self.cfg["data"]
         started = time.perf_counter()
+        task = {"world": str(self.world), **self.cfg["world"]} if self.world else {
+            "network": self.cfg["network"], "dataset": self.cfg["dataset"], "forget": forget}
         key = fingerprint({"label": label, "spec": spec, "rho": float(rho), "seed": seed, "epochs": epochs,
-                           "kappa_stopping": kappa_stopping, "network": self.cfg["network"],
-                           "dataset": self.cfg["dataset"], "forget": forget, "data": data,
+                           "kappa_stopping": kappa_stopping, **task, "data": data,
                            "callbacks": [describe_callback(cb) for cb in callbacks or []]})
         result = self.done.get(key)
-        if result is None:
+        if result is None and self.world:
+            world = self.cfg["world"]
+            result = tofu_unlearning_run(
+                label, spec, self.world, str(world.get("level", "10")), duplicates=float(rho), epochs=epochs,
+                retain_batch_size=int(data["retain_batch_size"]), forget_batch_size=int(data["forget_batch_size"]),
+                eval_items=world.get("eval_items", 200), seed=seed, kappa_stopping=kappa_stopping, root=self.out,
+                callbacks=callbacks, steps_per_epoch=data.get("steps_per_epoch"))
+        elif result is None:
             result = unlearning_run(
                 label, spec, self.cfg["network"], self.cfg["dataset"], self.target,
                 forget_class=int(forget.get("forget_class", 0)), rho=float(rho), forget_size=forget.get("size"),
                 epochs=epochs, retain_batch_size=int(data["retain_batch_size"]),
                 forget_batch_size=int(data["forget_batch_size"]), seed=seed, kappa_stopping=kappa_stopping,
                 root=self.out, callbacks=callbacks)
+        if key not in self.done:
             with self.done_file.open("a") as f:
                 f.write(json.dumps({"key": key, "label": result.label, "epochs": result.epochs, "steps": result.steps,
                                     "info": result.info}, default=_json_value) + "\n")
@@ -340,6 +374,9 @@ def run_suite(cfg: dict[str, Any], out_dir: str | Path | None = None, studies: I
     out = Path(out_dir or cfg.get("out_dir", "runs/experiments"))
     chosen = list(studies or cfg.get("studies", STUDIES))
     suite = ExperimentSuite(cfg, out, log)
+    suite.summary["rho_means"] = ("the share of forget items whose semantic duplicate the retain set holds "
+                                  f"(TOFU world {suite.world.name}, forget{cfg['world'].get('level', '10')})"
+                                  if suite.world else "the share of the forget set drawn from other classes")
     log(f"{suite.plan([s for s in STUDIES if s in chosen])} unlearning runs in {', '.join(s for s in STUDIES if s in chosen)}")
     suite.started = time.perf_counter()
     for name in STUDIES:  # fixed order: hardness reuses the trajectory runs
@@ -386,7 +423,7 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:
-    lines = ["# Experiment summary", ""]
+    lines = ["# Experiment summary", ""] + ([f"ρ: {summary['rho_means']}.", ""] if "rho_means" in summary else [])
     if "trajectories" in summary:
         lines += ["## Final ΔL_f and −ΔL_r per method and ρ", "",
                   "| method | ρ | seed | ΔL_f | −ΔL_r | forget acc | retain acc | test acc |", "|---" * 8 + "|"]

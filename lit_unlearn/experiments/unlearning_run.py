@@ -17,7 +17,7 @@ from lit_unlearn.core.errors import UserError
 from lit_unlearn.launch.runs import RunSpec, fit_run, launch, prepare_launch
 from lit_unlearn.storage.specs import build, fingerprint
 
-__all__ = ["RunResult", "build", "describe_callback", "train_target", "unlearning_run"]
+__all__ = ["RunResult", "build", "describe_callback", "tofu_unlearning_run", "train_target", "unlearning_run"]
 
 TRAINER = {"log_every_n_steps": 1, "accelerator": "auto"}
 
@@ -67,9 +67,40 @@ def unlearning_run(label: str, method_spec: dict, network_spec: dict, dataset_sp
                           "forget": {"class_path": "lit_unlearn.data.MixtureForget",
                                      "init_args": {"forget_class": forget_class, "rho": rho, "size": forget_size,
                                                    "seed": seed}}}}
+    return _run_in_epochs(label, spec, data, epochs, seed, kappa_stopping, root, callbacks)
+
+
+def tofu_unlearning_run(label: str, method_spec: dict, world: Path, level: str, duplicates: float, epochs: int,
+                        retain_batch_size: int, forget_batch_size: int, eval_items: int | None = 200, seed: int = 0,
+                        kappa_stopping: dict | None = None, root: Path = Path("runs/experiments"),
+                        callbacks: list | None = None, steps_per_epoch: int | None = None) -> RunResult:
+    """The same on a TOFU world: unlearn forget`level` from the world's target, with the semantic duplicates of a
+    share `duplicates` of the forget items in the retain set (TofuSource(retain_duplicates=...)), the LLM
+    counterpart of ρ; validating on `eval_items` forget and retain items after each epoch. `steps_per_epoch` makes an
+    "epoch" that many steps (a pass over the data is as many steps as the longer side needs, here the retain set)."""
+    world = Path(world)
+    spec = copy.deepcopy(method_spec)
+    spec["init_args"] = {**(spec.get("init_args") or {}),
+                         "network": {"class_path": "lit_unlearn.models.CausalLM",
+                                     "init_args": {"name_or_path": str(world / "target")}}}
+    data = {"class_path": "lit_unlearn.data.TofuDataModule",
+            "init_args": {"source": {"class_path": "lit_unlearn.data.TofuSource",
+                                     "init_args": {"path": str(world / "data"), "forget_level": level,
+                                                   "retain_duplicates": float(duplicates)}},
+                          "tokenizer": str(world / "tokenizer"), "retain_batch_size": retain_batch_size,
+                          "forget_batch_size": forget_batch_size, "eval_items": eval_items, "seed": seed}}
+    return _run_in_epochs(label, spec, data, epochs, seed, kappa_stopping, root, callbacks, steps_per_epoch)
+
+
+def _run_in_epochs(label: str, spec: dict, data: dict, epochs: int, seed: int, kappa_stopping: dict | None,
+                   root: Path, callbacks: list | None, steps_per_epoch: int | None = None) -> RunResult:
     dm = build(data)
     dm.setup("fit")
-    steps_per_epoch = len(dm.train_dataloader())
+    every = {"check_val_every_n_epoch": 1}
+    if steps_per_epoch:  # validate every `steps_per_epoch` steps, wherever the data's own epochs end
+        every = {"val_check_interval": int(steps_per_epoch), "check_val_every_n_epoch": None}
+    else:
+        steps_per_epoch = len(dm.train_dataloader())
     recorder = TrajectoryRecorder()
     extra = list(callbacks or [])
     callbacks: list = [recorder, *extra]
@@ -77,7 +108,7 @@ def unlearning_run(label: str, method_spec: dict, network_spec: dict, dataset_sp
     if kappa_stopping is not None:
         stopper = KappaEarlyStopping(verbose=False, **kappa_stopping)
         callbacks.append(stopper)
-    trainer_args = {"max_steps": epochs * steps_per_epoch, "max_epochs": -1, "check_val_every_n_epoch": 1, **TRAINER}
+    trainer_args = {"max_steps": epochs * steps_per_epoch, "max_epochs": -1, **every, **TRAINER}
     identity = {"model": spec, "data": data, "seed": seed, "trainer": trainer_args, "label": label,
                 "callbacks": [describe_callback(cb) for cb in callbacks]}
 

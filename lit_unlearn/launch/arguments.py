@@ -197,6 +197,22 @@ def lightning_arguments(preset: str | None, argv: Sequence[str]) -> list[str]:
     return head + expand_config_arguments(argv)
 
 
+def constructor_arguments(cls: type) -> list[str] | None:
+    """The arguments a class's constructor takes, following `**kwargs` up to the base that takes them (a method
+    passes the shared arguments on to UnlearningModule / ObjectiveUnlearningModule so); None where the chain ends in
+    an open `**kwargs` (any name may be meant)."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(klass.__init__).parameters
+        names += [n for n, p in params.items() if n != "self" and n not in names
+                  and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return names
+    return None
+
+
 def check_class_arguments(args: Sequence[str]) -> None:
     """`--model.init_args.NAME` and `--data.init_args.NAME` must name an argument of the class the configs (and the
     arguments) configure: a misspelt one is a one-line error with the closest name and the valid ones, instead of
@@ -228,13 +244,11 @@ def check_class_arguments(args: Sequence[str]) -> None:
         key, name = m.groups()
         module, _, cls_name = class_path[key].rpartition(".")
         try:
-            cls = getattr(importlib.import_module(module), cls_name)
-            params = inspect.signature(cls.__init__).parameters
+            names = constructor_arguments(getattr(importlib.import_module(module), cls_name))
         except (ImportError, AttributeError, ValueError, TypeError):
             continue  # the parser says what is wrong with the class itself
-        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        if names is None:
             continue
-        names = [n for n in params if n != "self"]
         if name not in names:
             raise UserError(f"--{key}.init_args.{name}: {cls_name} has no argument {name!r}"
                             f"{did_you_mean(name, names)}; its arguments: "
