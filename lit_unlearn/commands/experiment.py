@@ -1,20 +1,24 @@
-"""`lit-unlearn experiment`: the CV experiment suite (lit_unlearn.experiments), driven by one YAML file."""
+"""`lit-unlearn experiment`: the experiment suite (lit_unlearn.experiments) on a vision task or a TOFU world, driven
+by one YAML file."""
 
 from __future__ import annotations
 
 from lit_unlearn.commands import command
 
 
-@command("experiment", "the CV experiment suite: trajectories, hardness, quota, stopping, ablation, verification",
+@command("experiment", "the HAMU paper's experiment suite (vision or TOFU): trajectories, hardness, quota, stopping, "
+         "ablation, verification",
          order=50, examples=("lit-unlearn experiment", "lit-unlearn experiment --studies verification",
                              "lit-unlearn experiment --preset experiment_digits_paper --out runs/claims"))
 def experiment(preset: str = "experiment_digits", config: str | None = None, out: str | None = None,
                studies: str | None = None, plots: bool = True) -> None:
-    """Run the CV experiment suite (docs/experiments.md). Every finished run is kept in OUT/runs.jsonl and every run
-    has its own resumable folder: an interrupted suite continues where it stopped when the same command runs again.
+    """Run the experiment suite (docs/experiments.md) on a vision task or a TOFU world. Every finished run is kept in
+    OUT/runs.jsonl and every run has its own resumable folder: an interrupted suite continues where it stopped when
+    the same command runs again.
 
     Args:
-        preset: a packaged suite config (experiment_digits, experiment_digits_paper, experiment_cifar10)
+        preset: a packaged suite config (experiment_digits, experiment_digits_paper, experiment_cifar10,
+            experiment_tofu)
         config: a suite config file instead (see configs/experiment/experiment_digits.yaml)
         out: output folder (default: the config's out_dir)
         studies: comma-separated subset of trajectories,hardness,quota,stopping,ablation,verification

@@ -1,0 +1,55 @@
+"""The report scripts under benchmarks/ that turn bench outputs into docs tables: their arithmetic, on rows written
+here by hand (each number below is worked out in the comment beside it)."""
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_robustness_levels_takes_utility_against_the_same_worlds_target_and_counts_only_seeds_meeting_all_three(
+        tmp_path):
+    levels = _script("robustness_levels")
+    row = {"phase": "test", "band ratio": 0.9, "relearn band ratio": 0.9, "int4 band ratio": 0.9}
+    rows = [{**row, "method": "Target", "seed": 0, "MU": 0.5, "forgotten": 0, "full band ratio": 2.0},
+            {**row, "method": "Target", "seed": 1, "MU": 0.8, "forgotten": 0, "full band ratio": 2.0},
+            # seed 0: MU 0.49 / 0.5 = 0.98, passes, compute 0.4: meets all; seed 1: 0.76 / 0.8 = 0.95, passes,
+            # compute 0.6 > 0.5: does not
+            {**row, "method": "M", "seed": 0, "MU": 0.49, "forgotten": 1, "full band ratio": 0.9, "compute share": 0.4},
+            {**row, "method": "M", "seed": 1, "MU": 0.76, "forgotten": 1, "full band ratio": 0.9, "compute share": 0.6},
+            {**row, "method": "M", "seed": 0, "MU": 0.49, "forgotten": 1, "full band ratio": 0.9, "phase": "validation"}]
+    (tmp_path / "runs.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    (summary,) = levels.summarise(levels.test_phase_rows(tmp_path))
+    assert summary["seeds"] == 2 and summary["passed"] == 2
+    assert summary["MU ratio"] == pytest.approx((0.98 + 0.95) / 2)
+    assert summary["compute share"] == pytest.approx(0.5)
+    assert summary["meets all"] == 1
+
+
+def test_ofmu_budget_curve_reads_each_budgets_point_in_budget_order(tmp_path):
+    curve = _script("ofmu_budget_curve")
+    for epochs, (fq, mu) in {30: (0.7, 0.6), 10: (0.01, 0.65)}.items():
+        folder = tmp_path / f"e{epochs}"
+        folder.mkdir()
+        with open(folder / "results.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, ["forget_level", "method", "hyper_parameters", "FQ (gold)", "FQ (gold) ci95",
+                                        "MU", "MU ci95"])
+            writer.writeheader()
+            writer.writerow({"forget_level": "01", "method": "NPO", "hyper_parameters": '{"lr": 0.001}',
+                             "FQ (gold)": fq, "FQ (gold) ci95": 0.1, "MU": mu, "MU ci95": 0.01})
+            writer.writerow({"forget_level": "05", "method": "NPO", "hyper_parameters": "{}", "FQ (gold)": 9,
+                             "FQ (gold) ci95": 0, "MU": 9, "MU ci95": 0})
+    points = curve.curve({30: tmp_path / "e30", 10: tmp_path / "e10"}, "01")
+    assert [(e, fq, mu) for e, fq, _, mu, _, _ in points["NPO"]] == [(10, 0.01, 0.65), (30, 0.7, 0.6)]
+    assert "0.4 / 0.58" in curve.table(points, "01")  # the paper's NPO beside it
