@@ -9,7 +9,7 @@ from pathlib import Path
 from lightning.pytorch.callbacks import Callback
 
 from lit_unlearn.core.console import say
-from lit_unlearn.core.plug_points import require
+from lit_unlearn.core.plug_points import DataFromSource, as_plug, require
 
 __all__ = ["EvaluationCallback"]
 
@@ -34,7 +34,8 @@ class EvaluationCallback(Callback):
         raise NotImplementedError
 
     def _source(self, trainer):
-        source = self.source or getattr(trainer.datamodule, "source", None)
+        data = as_plug(trainer.datamodule, DataFromSource)
+        source = self.source or (data.source if data else None)
         return require(source, self.source_protocol, type(self).__name__,
                        f"give `source=` or use a {self.datamodule_type}", structural=True)
 

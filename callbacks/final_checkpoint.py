@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from lit_unlearn.core.plug_points import UnlearningRun, as_plug
+
 __all__ = ["FinalCheckpoint"]
 
 
@@ -19,8 +21,8 @@ class FinalCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer, pl_module) -> None:
         # Relies on ModelCheckpoint's bookkeeping of the last saved step (lightning is pinned for this). A run that
         # ended on earlier weights (StopAtTarget restored the closest) must rewrite last.ckpt with them.
-        report = getattr(pl_module, "run_report", None)
-        restored = getattr(report, "ended_on_step", None) not in (None, trainer.global_step)
+        run = as_plug(pl_module, UnlearningRun)
+        restored = run is not None and run.run_report.ended_on_step not in (None, trainer.global_step)
         if self.save_last and (restored or trainer.global_step != self._last_global_step_saved):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
         else:

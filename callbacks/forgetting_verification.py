@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import Callback
 from lit_unlearn.core.console import say
 from lit_unlearn.callbacks.metric_source import MetricSource
 from lit_unlearn.core.errors import UserError
+from lit_unlearn.core.plug_points import UnlearningRun, as_plug, require
 from lit_unlearn.modules.unlearning import UnlearningModule
 from lit_unlearn.verification import CLASSIFIER_METRICS, ClassifierVerifier, Measures, RetrainedReference
 from lit_unlearn.verification.classifier import REFERENCE_METRICS
@@ -73,7 +74,8 @@ class ForgettingVerification(Callback, MetricSource):
 
     def target_values(self, trainer, pl_module, names=None) -> dict[str, float]:
         self._ensure_reference_measured(pl_module)
-        initial = (getattr(pl_module, "initial_eval", None) or {}).get("forget", {}).get("loss")
+        run = as_plug(pl_module, UnlearningRun)
+        initial = ((run.initial_eval if run else None) or {}).get("forget", {}).get("loss")
         return self.verifier.measure(pl_module.network, pl_module.device, reference=self.reference_measures,
                                      initial_forget_loss=initial, only=names).scalars
 
@@ -95,8 +97,9 @@ class ForgettingVerification(Callback, MetricSource):
             if getattr(dm, attr, None) is None:
                 raise UserError(f"ForgettingVerification retrains on D_r, which needs the datamodule's {attr!r} "
                                 "(an UnlearningDataModule has it); or give reference.ckpt")
-        kwargs = dict(target_ckpt=getattr(pl_module, "target_ckpt", None),
-                      network_spec=getattr(pl_module, "network_spec", None), dataset=dm.dataset, forget=dm.forget,
+        run = require(pl_module, UnlearningRun, "ForgettingVerification's retrained reference",
+                      "unlearn with an UnlearningModule, or give reference.ckpt")
+        kwargs = dict(target_ckpt=run.target_ckpt, network_spec=run.network_spec, dataset=dm.dataset, forget=dm.forget,
                       forget_indices=dm.forget_indices, n_train=len(dm.forget_indices) + len(dm.retain_indices),
                       log=say, device=trainer.strategy.root_device)
         return self.reference.load(pl_module.network, **kwargs)

@@ -38,7 +38,17 @@ from lit_unlearn.core.console import say
 from lit_unlearn.core.errors import UserError
 from lit_unlearn.callbacks.metric_source import MetricSource
 from lit_unlearn.core.eval_mode import eval_mode
-from lit_unlearn.core.plug_points import EvalSplitsSource, HoldoutLossSource, HoldoutProfileSource, require
+from lit_unlearn.core.plug_points import (
+    DataFromSource,
+    EntropyInForgetLoss,
+    EvalSplitsSource,
+    HoldoutLossSource,
+    HoldoutProfileSource,
+    QAFormatted,
+    UnlearningRun,
+    as_plug,
+    require,
+)
 
 __all__ = ["HoldoutVerification", "UTILITY_METRICS", "BAND"]
 
@@ -143,12 +153,13 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
     def setup(self, trainer, pl_module, stage: str) -> None:
         if stage != "fit" or self.halves is not None:
             return
-        dm = trainer.datamodule
-        source = self.source or getattr(dm, "source", None)
+        data, qa = as_plug(trainer.datamodule, DataFromSource), as_plug(trainer.datamodule, QAFormatted)
+        source = self.source or (data.source if data else None)
         require(source, EvalSplitsSource, "HoldoutVerification", "give `source=` or use a TofuDataModule",
                 structural=True)
-        self._source, self._tokenizer = source, getattr(dm, "tokenizer", None)
-        self._formatter = getattr(dm, "formatter", None)
+        qa = require(qa, QAFormatted, "HoldoutVerification", "use a TofuDataModule (its QAFormatter tokenises the items)")
+        self._formatter = qa.formatter
+        self._source, self._tokenizer = source, qa.formatter.tokenizer
         self.level = getattr(source, "forget_level", None)
         splits = source.eval_splits()
         if not splits.get("holdout"):
@@ -272,7 +283,8 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
         module whose forget objective adds it, HAMU's forget_entropy)."""
         if self.last is None:
             return None
-        extra = self.last["holdout_entropy"] if getattr(pl_module, "forget_entropy", False) else 0.0
+        entropy = as_plug(pl_module, EntropyInForgetLoss)
+        extra = self.last["holdout_entropy"] if entropy and entropy.forget_entropy else 0.0
         return self.last["holdout_nll"] + extra
 
     def holdout_loss(self, trainer=None, pl_module=None) -> float | None:
@@ -375,8 +387,9 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
             table = holdout_table(result)
             (Path(folder) / "holdout_verification.md").write_text(table + "\n")
             say("\n" + table)
-        if hasattr(pl_module, "run_report"):
-            pl_module.run_report.notes.append(f"reference-free verification (reporting half): {headline(result)}; "
+        run = as_plug(pl_module, UnlearningRun)
+        if run:
+            run.run_report.notes.append(f"reference-free verification (reporting half): {headline(result)}; "
                                               f"{self.looks} looks at the steering half")
 
     def _gold_standard(self, trainer) -> dict | None:

@@ -19,6 +19,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_unlearn.core.errors import MissingFileError, UserError
+from lit_unlearn.core.plug_points import UnlearningRun, as_plug
 
 __all__ = ["InterpolateTowardBase"]
 
@@ -41,12 +42,13 @@ class InterpolateTowardBase(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         if trainer.global_step != 0:
             return
-        if getattr(pl_module, "zero_stage", 0):
+        run = as_plug(pl_module, UnlearningRun)
+        if run and run.zero_stage:
             raise UserError("InterpolateTowardBase does not run under DeepSpeed (its optimizer keeps its own copy of "
                             "the weights): interpolate the target's folder beforehand, or use DDP")
         from lit_unlearn.algorithms.interpolation import interpolate_toward_
 
-        network = getattr(pl_module, "network", pl_module)
+        network = run.network if run else pl_module
         hf = getattr(network, "model", None)
         if hf is None or not hasattr(hf, "config"):
             raise UserError("InterpolateTowardBase needs a Hugging Face causal LM (lit_unlearn.models.CausalLM)")

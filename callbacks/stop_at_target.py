@@ -22,13 +22,13 @@ from lightning.pytorch.callbacks import Callback
 
 from lit_unlearn.core.console import say
 from lit_unlearn.core.errors import UserError
-from lit_unlearn.core.plug_points import ForgetLossGoal
+from lit_unlearn.core.plug_points import ForgetLossGoal, StopTargets, UnlearningRun, as_plug
 from lit_unlearn.verification.targets import ForgetTarget, parse_targets
 
 __all__ = ["StopAtTarget"]
 
 
-class StopAtTarget(Callback, ForgetLossGoal):
+class StopAtTarget(Callback, ForgetLossGoal, StopTargets):
     def __init__(self, target: str, every_n_steps: int = 5, patience: int = 0, min_steps: int = 0,
                  verbose: bool = True, lazy: bool | None = None) -> None:
         """
@@ -152,7 +152,8 @@ class StopAtTarget(Callback, ForgetLossGoal):
         a holdout-based goal moves with the model)."""
         for t in self.targets:
             if t.metric == "delta_forget_loss" and not t.is_band:
-                initial = (getattr(pl_module, "initial_eval", None) or {}).get("forget", {}).get("loss")
+                run = as_plug(pl_module, UnlearningRun)
+                initial = ((run.initial_eval if run else None) or {}).get("forget", {}).get("loss")
                 return None if initial is None else initial + float(t.value)
             if t.metric == "forget_loss" and not t.is_band:
                 return float(t.value)
@@ -213,8 +214,9 @@ class StopAtTarget(Callback, ForgetLossGoal):
         self.ended_on_step = int(best["step"])
         if self.ended_on_step != trainer.global_step:
             _restore(pl_module.network, self.best_weights)
-        if hasattr(pl_module, "run_report"):  # the run's report carries the summary
-            pl_module.run_report.ended_on(self.ended_on_step, note=self.summary())
+        run = as_plug(pl_module, UnlearningRun)
+        if run:  # the run's report carries the summary
+            run.run_report.ended_on(self.ended_on_step, note=self.summary())
         elif self.verbose:
             say(self.summary())
 

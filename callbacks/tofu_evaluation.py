@@ -16,7 +16,14 @@ from __future__ import annotations
 
 from lit_unlearn.callbacks.evaluation_callback import EvaluationCallback
 from lit_unlearn.callbacks.metric_source import MetricSource
-from lit_unlearn.core.plug_points import EvalSplitsSource
+from lit_unlearn.core.plug_points import (
+    DataFromSource,
+    EvalSplitsSource,
+    QAFormatted,
+    StopTargets,
+    as_plug,
+    plug_points,
+)
 
 __all__ = ["TofuEvaluation"]
 
@@ -78,14 +85,16 @@ class TofuEvaluation(EvaluationCallback, MetricSource):
         from lit_unlearn.data.tofu import MAX_LENGTH
         from lit_unlearn.metrics import TofuEvaluator
 
-        formatter = getattr(trainer.datamodule, "formatter", None)
+        qa = as_plug(trainer.datamodule, QAFormatted)
+        formatter = qa.formatter if qa else None
         return TofuEvaluator(trainer.datamodule.tokenizer, source.eval_splits(),
-                             template=self.template or getattr(formatter, "template", "plain"),
+                             template=self.template or (formatter.template if formatter else "plain"),
                              max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,
-                             max_length=self.max_length or getattr(formatter, "max_length", None) or MAX_LENGTH,
+                             max_length=self.max_length or (formatter.max_length if formatter else None) or MAX_LENGTH,
                              reference=self._reference_file(trainer), require_reference=self.require_reference,
                              mia_convention=self.mia_convention, gradnorm=self.gradnorm,
-                             input_format=getattr(formatter, "input_format", "lit-unlearn"), baseline=self.start_summary)
+                             input_format=formatter.input_format if formatter else "lit-unlearn",
+                             baseline=self.start_summary)
 
     def _reference_file(self, trainer):
         if self.reference != WORLD:
@@ -94,7 +103,8 @@ class TofuEvaluation(EvaluationCallback, MetricSource):
 
         from lit_unlearn.core.errors import MissingFileError
 
-        source = getattr(trainer.datamodule, "source", None)
+        data = as_plug(trainer.datamodule, DataFromSource)
+        source = data.source if data else None
         path = Path(getattr(source, "path", "")).parent / f"retain_only_{getattr(source, 'forget_level', '10')}_eval.json"
         if not path.is_file():
             raise MissingFileError(f"TofuEvaluation(reference='world'): {path} not found; build the world's retain-only "
@@ -122,8 +132,8 @@ class TofuEvaluation(EvaluationCallback, MetricSource):
 
     def on_train_start(self, trainer, pl_module) -> None:
         # The utility ratio of a stop target needs the target's own utility before the first update.
-        wants_ratio = any(getattr(t, "metric", None) == "model_utility_ratio"
-                          for cb in trainer.callbacks for t in getattr(cb, "targets", []) or [])
+        wants_ratio = any(t.metric == "model_utility_ratio"
+                          for cb in plug_points(trainer.callbacks, StopTargets) for t in cb.targets)
         if trainer.global_step == 0 and (self.evaluate_at_start or (wants_ratio and self.start_summary is None)):
             self.evaluate(trainer, pl_module, "start")
 

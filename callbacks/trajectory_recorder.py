@@ -13,6 +13,8 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
+from lit_unlearn.core.plug_points import HardnessRecorded, UnlearningRun, as_plug
+
 __all__ = ["TrajectoryRecorder"]
 
 
@@ -39,7 +41,8 @@ class TrajectoryRecorder(Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         # Not on_train_start: callbacks' hooks run before the module's, which computes the initial evaluation.
-        initial = getattr(pl_module, "initial_eval", None)
+        run = as_plug(pl_module, UnlearningRun)
+        initial = run.initial_eval if run else None
         if initial and not self.epochs:
             row = {"epoch": 0.0, "step": 0.0, "unlearn/delta_forget_loss": 0.0, "unlearn/neg_delta_retain_loss": 0.0}
             for split, vals in initial.items():
@@ -49,10 +52,11 @@ class TrajectoryRecorder(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         metrics = trainer.callback_metrics
         row = {k: _scalar(metrics[k]) for k in self.step_keys if k in metrics}
-        step = getattr(pl_module, "last_step", None)
+        hamu = as_plug(pl_module, HardnessRecorded)
+        step = hamu.last_step if hamu else None
         if step is not None:  # HAMU: κ of this very step, also on steps without logging
             row["kappa_global"] = step.global_solution.kappa.item()
-            clip = getattr(pl_module, "clip_norm", None) or math.inf
+            clip = hamu.clip_norm or math.inf
             norms = min(step.retain_norm.item(), clip) * min(step.forget_norm.item(), clip)
             row["cosine_global"] = row["kappa_global"] / norms if norms > 0 else math.nan
             row["irreconcilable"] = float(step.irreconcilable)

@@ -203,6 +203,29 @@ def _found_by_shape(source: str, names: set[str]) -> list[str]:
     return hits
 
 
+_RUN_PARTS = ("pl_module", "trainer", "cb", "callback", "callbacks", "module", "datamodule")
+
+
+def _probes_a_part(source: str) -> list[str]:
+    """hasattr(part, …) and getattr(part, "name", default) where `part` is a module, the trainer, a callback or the
+    datamodule: an attribute looked for instead of a plug point declared, whatever its name."""
+    import re
+
+    part = re.compile(rf"\b({'|'.join(_RUN_PARTS)})\b")
+    return [f"{ast.unparse(node)} at line {node.lineno}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr")
+            and len(node.args) >= 2 and (node.func.id == "hasattr" or len(node.args) == 3)
+            and part.search(ast.unparse(node.args[0]))]
+
+
+def test_no_callback_or_module_probes_a_part_of_the_run_for_an_attribute():
+    found = {p.name: hits for folder in (REPO / "callbacks", REPO / "lit_unlearn/modules")
+             for p in sorted(folder.glob("*.py")) if (hits := _probes_a_part(p.read_text()))}
+    assert not found, f"declare a Protocol in lit_unlearn.core.plug_points and read it with as_plug/plug_point: {found}"
+    planted = 'def on_train_end(self, trainer, pl_module):\n    step = getattr(pl_module, "last_step", None)\n'
+    assert _probes_a_part(planted) == ["getattr(pl_module, 'last_step', None) at line 2"]
+
+
 def test_modules_and_callbacks_find_each_other_through_declared_plug_points_only():
     """No module finds a callback, and no callback a module, by probing for an attribute
     (lit_unlearn.core.plug_points: the offering class declares the Protocol, `plug_point` finds it)."""

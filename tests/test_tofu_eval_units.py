@@ -221,11 +221,17 @@ def test_the_verifications_halves_answer_in_the_whole_splits_budget(small):
     from lit_unlearn.metrics import TofuEvaluator
     from lit_unlearn.metrics.tofu.rouge import answer_budget
 
+    from lit_unlearn.core.plug_points import QAFormatted
+    from lit_unlearn.data.tofu import QAFormatter
+
     splits, tok, _ = small
     source = SimpleNamespace(eval_splits=lambda: splits, forget_level="01", path="real TOFU slices")
-    verification = HoldoutVerification(n_boot=100)
-    verification.setup(SimpleNamespace(datamodule=SimpleNamespace(source=source, tokenizer=tok, formatter=None)), None,
-                       "fit")
+
+    class Data(QAFormatted):  # what the callback reads of a datamodule: its QA formatter (and tokenizer)
+        formatter = QAFormatter(tok)
+
+    verification = HoldoutVerification(source=source, n_boot=100)
+    verification.setup(SimpleNamespace(datamodule=Data()), None, "fit")
     whole = TofuEvaluator(tok, splits).generation()["max_new_tokens"]
     halves = {h: verification._evaluator(None, h).generation()["max_new_tokens"] for h in ("steering", "reporting")}
     assert halves == {"steering": whole, "reporting": whole}
@@ -267,9 +273,9 @@ def test_each_metric_is_declared_once_and_a_config_can_choose_them(small):
     with pytest.raises(UserError, match="did you mean 'model_utility'"):
         TofuEvaluation(metrics=["model_utilty"])
     splits, tok, net = small
-    callback = TofuEvaluation(metrics=["model_utility"], max_new_tokens=2)
-    trainer = SimpleNamespace(datamodule=SimpleNamespace(source=SimpleNamespace(eval_splits=lambda: splits),
-                                                         tokenizer=tok, formatter=None))
+    callback = TofuEvaluation(source=SimpleNamespace(eval_splits=lambda: splits), metrics=["model_utility"],
+                              max_new_tokens=2)
+    trainer = SimpleNamespace(datamodule=SimpleNamespace(tokenizer=tok))
     model = CountingLM(net)
     report = callback._get_evaluator(trainer).run(model, **callback.run_options())
     utility = ("retain", "real_authors", "world_facts")

@@ -19,7 +19,9 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from lit_unlearn.core.errors import UserError
 
 __all__ = ["HoldoutLossSource", "HoldoutProfileSource", "ForgetLossGoal", "QuotaSteered", "UpdateGuarded", "RhoScheduled",
-           "EvalSplitsSource", "EvalLoaders", "TextsSource", "declares", "plug_point", "plug_points", "require"]
+           "UnlearningRun", "HardnessRecorded", "EntropyInForgetLoss", "StopTargets", "DataFromSource", "QAFormatted",
+           "EvalSplitsSource", "EvalLoaders", "TextsSource", "as_plug", "declares", "plug_point", "plug_points",
+           "require"]
 
 P = TypeVar("P")
 
@@ -68,6 +70,57 @@ class RhoScheduled(Protocol):
 
 
 @runtime_checkable
+class UnlearningRun(Protocol):
+    """An unlearning module as callbacks read it: its network, its evaluation before unlearning, the run's report,
+    how its target was made (a retrained reference rebuilds it) and the DeepSpeed stage it runs under."""
+
+    network: Any
+    initial_eval: dict | None
+    run_report: Any
+    target_ckpt: str | None
+    network_spec: dict | None
+    zero_stage: int
+
+
+@runtime_checkable
+class HardnessRecorded(Protocol):
+    """A module that keeps its last step's closed-form solution (HAMU: κ, the gradient norms, whether the step was
+    irreconcilable) and the clip the norms were taken under."""
+
+    last_step: Any
+    clip_norm: float | None
+
+
+@runtime_checkable
+class EntropyInForgetLoss(Protocol):
+    """A module whose forget loss may add the answers' mean predictive entropy (HAMU's forget_entropy): a holdout
+    ceiling on that loss adds the holdout items' entropy too."""
+
+    forget_entropy: bool
+
+
+@runtime_checkable
+class StopTargets(Protocol):
+    """A callback that stops a run at targets on named metrics (StopAtTarget): others read which metrics."""
+
+    targets: list
+
+
+@runtime_checkable
+class DataFromSource(Protocol):
+    """A datamodule built on a data source (TOFU, MUSE): an evaluator without its own `source=` reads this one."""
+
+    source: Any
+
+
+@runtime_checkable
+class QAFormatted(Protocol):
+    """A datamodule that formats question-answer pairs (its QAFormatter: template, max_length, input format)."""
+
+    formatter: Any
+
+
+@runtime_checkable
 class EvalSplitsSource(Protocol):
     """TOFU-format data: the evaluation splits by name (forget, retain, holdout, …)."""
 
@@ -91,6 +144,11 @@ class TextsSource(Protocol):
 def declares(obj: Any, protocol: type) -> bool:
     """Whether `obj`'s class declares `protocol` (subclasses it), not merely has its attributes."""
     return protocol in type(obj).__mro__
+
+
+def as_plug(obj: Any, protocol: type[P]) -> P | None:
+    """`obj` if it declares `protocol`, else None: for a part that is read only where the run has it."""
+    return obj if declares(obj, protocol) else None
 
 
 def plug_points(candidates: Iterable[Any], protocol: type[P]) -> list[P]:

@@ -31,7 +31,7 @@ from torch.utils.data import Dataset
 from lit_unlearn.data.datamodules import PairedDataModule
 from lit_unlearn.data.tofu import _read_local, pad_collate
 from lit_unlearn.core.errors import MissingFileError, UserError
-from lit_unlearn.core.plug_points import TextsSource
+from lit_unlearn.core.plug_points import DataFromSource, TextsSource
 
 __all__ = ["MuseSource", "MuseDataModule", "TextWindows", "MUSE_LAYOUT"]
 
@@ -120,7 +120,7 @@ class TextWindows(Dataset):
         return self.items[i]
 
 
-class MuseDataModule(PairedDataModule):
+class MuseDataModule(PairedDataModule, DataFromSource):
     """(retain, forget) batches of MUSE's raw texts: forget = raw/forget, retain = raw/retain1 (MUSE's choice;
     retain2 is left for evaluation)."""
 

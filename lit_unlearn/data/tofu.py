@@ -35,12 +35,13 @@ from lit_unlearn.data.tofu_source import (  # noqa: F401
     check_columns,
 )
 from lit_unlearn.core.errors import UserError
+from lit_unlearn.core.plug_points import DataFromSource, QAFormatted
 
 __all__ = ["TofuSource", "WaterDrumSource", "QAFormatter", "TokenizedQA", "pad_collate", "TofuDataModule",
            "FORGET_SPLITS", "QAFinetuneDataModule", "INPUT_FORMATS"]
 
 
-class TofuDataModule(PairedDataModule):
+class TofuDataModule(PairedDataModule, DataFromSource, QAFormatted):
     """(retain, forget) QA batches for unlearning a causal LM, plus loss/accuracy eval sets."""
 
     def __init__(self, source: TofuSource | None = None, tokenizer: Any = None, template: str = "plain",

@@ -61,6 +61,8 @@ from lit_unlearn.algorithms.losses import sequence_logprob
 from lit_unlearn.algorithms.token_profile import token_surprisal_and_z
 from lit_unlearn.modules.unlearning import UnlearningModule
 from lit_unlearn.core.plug_points import (
+    EntropyInForgetLoss,
+    HardnessRecorded,
     HoldoutLossSource,
     HoldoutProfileSource,
     QuotaSteered,
@@ -93,7 +95,7 @@ class QuotaRequest:
 QuotaPolicy = Callable[[QuotaRequest], tuple[float, float]]
 
 
-class HAMUModule(UnlearningModule, QuotaSteered, UpdateGuarded):
+class HAMUModule(UnlearningModule, QuotaSteered, UpdateGuarded, HardnessRecorded, EntropyInForgetLoss):
     READS = frozenset({"surprisal"})  # the forget NLL (and the predictive entropy with forget_entropy)
 
     @property

@@ -28,6 +28,7 @@ from lit_unlearn.core.batches import is_token_batch, logits_and_labels
 from lit_unlearn.storage.checkpoints import load_network_weights
 from lit_unlearn.distributed.sharded_grads import zero_stage
 from lit_unlearn.core.errors import UserError
+from lit_unlearn.core.plug_points import UnlearningRun
 from lit_unlearn.modules.eval_splits import EvalSplitMetrics
 from lit_unlearn.modules.gradient_access import GradientAccess
 from lit_unlearn.modules.run_report import RunReport
@@ -37,7 +38,7 @@ __all__ = ["UnlearningModule"]
 _BN_TYPES = (nn.modules.batchnorm._BatchNorm,)
 
 
-class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule):
+class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule, UnlearningRun):
     # The per-token statistics its forget objective reads (lit_unlearn.metrics.membership_attacks.STATISTICS): the
     # verdict is also given on the attacks that read none of them, which the objective cannot have been shaped to
     # pass. None: not declared, taken as every statistic but the learned attack's.
