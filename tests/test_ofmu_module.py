@@ -131,6 +131,26 @@ def test_beta_zero_inner_loop_is_plain_forget_ascent():
     assert any((a - b).abs().max() > 1e-4 for a, b in zip(moved[0.0], moved[0.5]))
 
 
+def test_the_logged_inner_shift_and_outer_step_are_the_rounds_two_displacements():
+    """ofmu/inner_shift_norm is ‖θ_T − θ_0‖ (the T ascent steps) and ofmu/outer_step_norm is η_out·‖d‖; with a
+    negligible outer step the round ends at θ_T, so the first is how far the weights moved."""
+    from lightning.pytorch.callbacks import Callback
+
+    class Keep(Callback):
+        logs = {}
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            Keep.logs = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("ofmu/")}
+
+    net = tiny_mlp()
+    start = copy.deepcopy(net)
+    module = OFMUModule(net, inner_steps=3, inner_lr=0.05, beta=0.3, outer_lr=1e-12, rho=0.5)
+    quick_trainer(1, limit_val_batches=0, callbacks=[Keep()]).fit(module, digits_dm())
+    moved = torch.cat([(p - p0).detach().reshape(-1) for p, p0 in zip(net.parameters(), start.parameters())]).norm()
+    assert Keep.logs["ofmu/inner_shift_norm"] == pytest.approx(float(moved), rel=1e-4) and float(moved) > 0
+    assert Keep.logs["ofmu/outer_step_norm"] == pytest.approx(1e-12 * Keep.logs["ofmu/outer_norm"], rel=1e-6)
+
+
 def test_rho_scheduler_sets_and_logs_rho_and_resume_mid_schedule_is_exact(tmp_path):
     def run(max_steps, ckpt_path=None, folder="a"):
         torch.manual_seed(0)

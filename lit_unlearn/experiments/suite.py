@@ -397,9 +397,12 @@ def run_suite(cfg: dict[str, Any], out_dir: str | Path | None = None, studies: I
 
 # ----- small helpers -------------------------------------------------------------------------------------------------
 def _epoch_rows(result: RunResult, **tags: Any) -> list[dict[str, Any]]:
+    """One row per evaluation, numbered in the suite's epochs (step / steps per epoch: on a TOFU world an epoch is
+    `data.steps_per_epoch` steps, not the data loader's pass over the retain set)."""
     diverged = result.info.get("diverged_step")
-    return [{**tags, "epoch": int(r["epoch"]), "step": int(r["step"]),
-             **{k: r.get(v, math.nan) for k, v in EPOCH_COLUMNS.items()},
+    per_epoch = result.info.get("steps_per_epoch")
+    return [{**tags, "epoch": int(round(r["step"] / per_epoch)) if per_epoch else int(r["epoch"]),
+             "step": int(r["step"]), **{k: r.get(v, math.nan) for k, v in EPOCH_COLUMNS.items()},
              "diverged_step": "" if diverged is None else int(diverged)} for r in result.epochs]
 
 

@@ -230,6 +230,10 @@ class OFMUModule(UnlearningModule, RhoScheduled):
             outer = [r + q for r, q in zip(retain, penalty)]
             outer_scale = clip_scale(outer, self.outer_clip_norm, self._reduce)
             outer = [outer_scale * d for d in outer]
+        diagnose = self.should_compute_diagnostics(steps_ahead=1)  # asked as after opt.step(), as it always was
+        if diagnose:  # how far the inner ascent moved the weights, beside the outer step's length (docs/ofmu.md)
+            with torch.no_grad():
+                inner_shift = float(norm([v - p0 for v, p0 in zip(views, start)], self._reduce))
         with torch.no_grad():
             # −δ with δ = (θ_T − θ_0) − η_out·d; SGD(lr=1) from θ_0 lands on θ_T − η_out·d.
             update = [(p0 - v) + self.outer_lr * d for v, p0, d in zip(views, start, outer)]
@@ -250,10 +254,12 @@ class OFMUModule(UnlearningModule, RhoScheduled):
             self.trainer.should_stop = True
             self.print_once(f"OFMU: ‖∇Φ‖ = {grad_norm:.3g} < {self.stationarity_tol} after {self.global_step} "
                             "rounds (stationary); stopping")
-        if not self.should_compute_diagnostics():
+        if not diagnose:
             return {}
+        outer_norm = float(norm(outer, self._reduce))
         logs = {"ofmu/grad_phi_norm": grad_norm, "ofmu/hvp_norm": float(norm(hvp, self._reduce)), "ofmu/rho": self.rho,
-                "ofmu/outer_norm": float(norm(outer, self._reduce)),
+                "ofmu/outer_norm": outer_norm, "ofmu/inner_shift_norm": inner_shift,
+                "ofmu/outer_step_norm": self.outer_lr * outer_norm,
                 "ofmu/retain_grad_norm": float(norm(retain, self._reduce)),
                 "ofmu/penalty_norm": float(norm(penalty, self._reduce)),
                 "ofmu/cosine": float(pg.cosine), "train/forget_loss": float(pg.loss_forget),

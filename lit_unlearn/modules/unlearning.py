@@ -173,9 +173,10 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule, Unl
             )
         return loss
 
-    def should_compute_diagnostics(self) -> bool:
+    def should_compute_diagnostics(self, steps_ahead: int = 0) -> bool:
+        """Whether this step logs its diagnostics; `steps_ahead=1` asks before the optimizer step that counts it."""
         every = self._log_every or (self.trainer.log_every_n_steps if self._trainer is not None else 1) or 1
-        return self.global_step % every == 0
+        return (self.global_step + steps_ahead) % every == 0
 
     @contextlib.contextmanager
     def preserved_buffers(self) -> Iterator[None]:
