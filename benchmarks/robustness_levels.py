@@ -71,7 +71,7 @@ def figure(levels: dict[str, list[dict]], path: Path) -> None:
     palette = plt.get_cmap("tab20").colors
     markers = "osD^v<>pPX*h"
     for ax, (level, rows) in zip(axes[0], levels.items()):
-        ax.axvspan(UTILITY_FLOOR, 1.3, ymax=1, color="green", alpha=0.06)
+        ax.fill_between([UTILITY_FLOOR, 1.3], 0.5, 1.0, color="green", alpha=0.12)  # where the target lies
         ax.axhline(1.0, color="green", lw=1, ls="--")
         ax.axvline(UTILITY_FLOOR, color="green", lw=1, ls="--")
         for i, method in enumerate(methods):
@@ -80,7 +80,7 @@ def figure(levels: dict[str, list[dict]], path: Path) -> None:
                 ax.scatter([r["MU ratio"] for r in mine], [r["full band ratio"] for r in mine], s=30,
                            color=palette[i % len(palette)], marker=markers[i % len(markers)], label=method)
         ax.set(xlabel="model utility / the target's", ylabel="full band ratio (worst of before, relearning, 4-bit)",
-               title=f"forget{level}: test seeds; target zone: ≤ 1 and ≥ {UTILITY_FLOOR}", xlim=(-0.05, 1.3))
+               title=f"forget{level}: test seeds; target zone shaded", xlim=(-0.05, 1.3), ylim=(0.5, None))
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=6, loc="best")
     fig.tight_layout()
