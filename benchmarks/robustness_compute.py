@@ -37,6 +37,12 @@ POINTS = {
         ("noise α=0.8, 2 epochs, hard targets", {"alpha": 0.8, "epochs": 2.0, "targets": "hard"}),
         ("noise α=0.8, 2 epochs, answers' labels ½", {"alpha": 0.8, "epochs": 2.0, "label_weight": 0.5}),
     ],
+    # a few of the same points after another first stage (e.g. --teacher tofu_tiny_hamu_holdout_match)
+    "first_stage": [
+        ("noise α=0.5, 1 epoch", {"alpha": 0.5, "epochs": 1.0}),
+        ("noise α=0.5, 2 epochs", {"alpha": 0.5, "epochs": 2.0}),
+        ("base α=1, 2 epochs", {"alpha": 1.0, "init": "base", "epochs": 2.0}),
+    ],
 }
 
 
