@@ -8,8 +8,8 @@ On validation world 100 (nothing here chooses a reported setting), forget01, con
 OFMU (2 inner steps, η_out 0.01, β 0.1, ρ 1, clips 1, finite-difference HVPs) at the two points its budgets chose:
 inner rate 3e-2 for 13 steps (10 epochs) and 1e-2 for 38 steps (30 epochs). Variants: the paper's form; no HVP
 penalty (ρ = 0: the outer step is retain descent alone); no decorrelation (β = 0: the inner steps are plain ascent on
-L_f); and the inner ascent alone (η_out 1e-12: a round ends where the inner steps do). Per step, from the module's
-own diagnostics: the penalty's share of the outer direction ‖2ρ∇²Φ∇Φ‖ / (‖∇L_r‖ + ‖2ρ∇²Φ∇Φ‖) and the inner ascent's
+L_f); ρ rising from 0.05 by 0.1 a round (RhoScheduler, as the paper's outer loop raises ρ_k); and the inner ascent
+alone (η_out 1e-12: a round ends where the inner steps do). Per step, from the module's own diagnostics: the penalty's share of the outer direction ‖2ρ∇²Φ∇Φ‖ / (‖∇L_r‖ + ‖2ρ∇²Φ∇Φ‖) and the inner ascent's
 displacement ‖θ_T − θ_0‖ against the outer step's η_out‖d‖; at the end, forget quality against the world's
 retain-only model and model utility (TofuEvaluation), and ΔL_f / −ΔL_r on the evaluation items.
 """
@@ -27,12 +27,15 @@ OFMU = {"inner_steps": 2, "outer_lr": 0.01, "beta": 0.1, "inner_clip_norm": 1.0,
         "hvp": "finite_difference"}
 POINTS = [(3e-2, 13), (1e-2, 38)]  # (inner_lr, steps): the bench's choices at 10 and 30 epochs
 VARIANTS = {"paper's form": {}, "no HVP penalty (ρ = 0)": {"rho": 0.0}, "no decorrelation (β = 0)": {"beta": 0.0},
-            "inner ascent alone (η_out 1e-12)": {"outer_lr": 1e-12}}
+            "inner ascent alone (η_out 1e-12)": {"outer_lr": 1e-12},
+            "ρ rising (0.05 + 0.1 a round)": {}}
+# variants that differ by a callback: the ρ schedule the paper's outer loop has (RhoScheduler), from a small start
+SCHEDULES = {"ρ rising (0.05 + 0.1 a round)": {"schedule": "linear", "rho0": 0.05, "rate": 0.1}}
 KEYS = ("ofmu/penalty_norm", "ofmu/retain_grad_norm", "ofmu/inner_shift_norm", "ofmu/outer_step_norm", "ofmu/cosine")
 
 
 def run(world: Path, inner_lr: float, steps: int, variant: str, out: Path) -> dict:
-    from lit_unlearn.callbacks import TofuEvaluation, TrajectoryRecorder
+    from lit_unlearn.callbacks import RhoScheduler, TofuEvaluation, TrajectoryRecorder
     from lit_unlearn.launch.runs import RunSpec, launch
 
     label = "".join(c if c.isalnum() else "_" for c in variant.split(" (")[0])
@@ -53,7 +56,8 @@ def run(world: Path, inner_lr: float, steps: int, variant: str, out: Path) -> di
                                                                                             "model_utility"])
     trainer = {"max_steps": steps, "max_epochs": -1, "val_check_interval": steps, "check_val_every_n_epoch": None,
                "log_every_n_steps": 1, "logger": False, "enable_checkpointing": False}
-    launch(RunSpec(out / name, model, data, trainer, seed=0, callbacks=[recorder, evaluation],
+    schedule = [RhoScheduler(**SCHEDULES[variant])] if variant in SCHEDULES else []
+    launch(RunSpec(out / name, model, data, trainer, seed=0, callbacks=[recorder, evaluation, *schedule],
                    configure=lambda m: setattr(m.run_report, "enabled", False)))
     rows = recorder.steps
     share = [r["ofmu/penalty_norm"] / (r["ofmu/retain_grad_norm"] + r["ofmu/penalty_norm"]) for r in rows
