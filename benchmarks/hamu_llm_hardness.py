@@ -36,22 +36,16 @@ ABLATION = {"per-layer quota": {}, "uniform quota": {"allocation": "uniform"}, "
 def run(world: Path, level: str, duplicates: bool, method: str, steps: int, out: Path,
         overrides: dict | None = None, label: str = "") -> dict:
     from lit_unlearn.callbacks import TrajectoryRecorder
+    from lit_unlearn.experiments.unlearning_run import tofu_run_specs
     from lit_unlearn.launch.runs import RunSpec, launch
 
     name = f"{method}{label}_{'duplicates' if duplicates else 'plain'}"
     done = out / f"{name}.json"
     if done.is_file():  # a finished run is read back (the study resumes where it stopped)
         return json.loads(done.read_text())
-    spec = json.loads(json.dumps(METHODS[method]))
-    spec["init_args"].update(overrides or {})
-    spec["init_args"]["network"] = {"class_path": "lit_unlearn.models.CausalLM",
-                                    "init_args": {"name_or_path": str(world / "target")}}
-    data = {"class_path": "lit_unlearn.data.TofuDataModule",
-            "init_args": {"source": {"class_path": "lit_unlearn.data.TofuSource",
-                                     "init_args": {"path": str(world / "data"), "forget_level": level,
-                                                   "retain_duplicates": duplicates}},
-                          "tokenizer": str(world / "tokenizer"), "retain_batch_size": 32, "forget_batch_size": 32,
-                          "eval_items": 200}}
+    method_spec = METHODS[method]
+    method_spec = {**method_spec, "init_args": {**method_spec["init_args"], **(overrides or {})}}
+    spec, data = tofu_run_specs(method_spec, world, level, float(duplicates), eval_items=200)
     recorder = TrajectoryRecorder()
     trainer = {"max_steps": steps, "max_epochs": -1, "val_check_interval": steps // 3, "check_val_every_n_epoch": None,
                "log_every_n_steps": 1, "logger": False, "enable_checkpointing": False}

@@ -36,6 +36,7 @@ KEYS = ("ofmu/penalty_norm", "ofmu/retain_grad_norm", "ofmu/inner_shift_norm", "
 
 def run(world: Path, inner_lr: float, steps: int, variant: str, out: Path) -> dict:
     from lit_unlearn.callbacks import RhoScheduler, TofuEvaluation, TrajectoryRecorder
+    from lit_unlearn.experiments.unlearning_run import tofu_run_specs
     from lit_unlearn.launch.runs import RunSpec, launch
 
     label = "".join(c if c.isalnum() else "_" for c in variant.split(" (")[0])
@@ -43,14 +44,8 @@ def run(world: Path, inner_lr: float, steps: int, variant: str, out: Path) -> di
     done = out / f"{name}.json"
     if done.is_file():  # a finished run is read back: the script resumes where it stopped
         return json.loads(done.read_text())
-    model = {"class_path": "lit_unlearn.modules.OFMUModule",
-             "init_args": {**OFMU, "inner_lr": inner_lr, **VARIANTS[variant],
-                           "network": {"class_path": "lit_unlearn.models.CausalLM",
-                                       "init_args": {"name_or_path": str(world / "target")}}}}
-    data = {"class_path": "lit_unlearn.data.TofuDataModule",
-            "init_args": {"source": {"class_path": "lit_unlearn.data.TofuSource",
-                                     "init_args": {"path": str(world / "data"), "forget_level": "01"}},
-                          "tokenizer": str(world / "tokenizer"), "retain_batch_size": 32, "forget_batch_size": 32}}
+    model, data = tofu_run_specs({"class_path": "lit_unlearn.modules.OFMUModule",
+                                  "init_args": {**OFMU, "inner_lr": inner_lr, **VARIANTS[variant]}}, world, "01")
     recorder = TrajectoryRecorder(step_keys=KEYS)
     evaluation = TofuEvaluation(reference=str(world / "retain_only_01_eval.json"), metrics=["forget_quality",
                                                                                             "model_utility"])

@@ -38,6 +38,7 @@ __all__ = [
     "capped_phi_gradient",
     "clip_scale",
     "cosine_partials",
+    "distance",
     "dot",
     "fd_hvp",
     "norm",
@@ -61,6 +62,12 @@ def dot(a: Sequence[Tensor], b: Sequence[Tensor], reduce: Reduce | None = None) 
 
 def norm(a: Sequence[Tensor], reduce: Reduce | None = None) -> Tensor:
     return dot(a, a, reduce).sqrt()
+
+
+def distance(a: Sequence[Tensor], b: Sequence[Tensor], reduce: Reduce | None = None) -> Tensor:
+    """‖a − b‖, one tensor's difference at a time (never a second copy of all the weights)."""
+    total = sum(((x.double() - y.double()).pow(2).sum() for x, y in zip(a, b)), torch.zeros((), dtype=torch.float64))
+    return (total if reduce is None else reduce(total)).sqrt()
 
 
 def cosine_partials(g_f: Sequence[Tensor], g_r: Sequence[Tensor], eps: float = 1e-12,

@@ -17,7 +17,8 @@ from lit_unlearn.core.errors import UserError
 from lit_unlearn.launch.runs import RunSpec, fit_run, launch, prepare_launch
 from lit_unlearn.storage.specs import build, fingerprint
 
-__all__ = ["RunResult", "build", "describe_callback", "tofu_unlearning_run", "train_target", "unlearning_run"]
+__all__ = ["RunResult", "build", "describe_callback", "tofu_run_specs", "tofu_unlearning_run", "train_target",
+           "unlearning_run"]
 
 TRAINER = {"log_every_n_steps": 1, "accelerator": "auto"}
 
@@ -78,6 +79,16 @@ def tofu_unlearning_run(label: str, method_spec: dict, world: Path, level: str, 
     share `duplicates` of the forget items in the retain set (TofuSource(retain_duplicates=...)), the LLM
     counterpart of ρ; validating on `eval_items` forget and retain items after each epoch. `steps_per_epoch` makes an
     "epoch" that many steps (a pass over the data is as many steps as the longer side needs, here the retain set)."""
+    spec, data = tofu_run_specs(method_spec, world, level, duplicates, retain_batch_size, forget_batch_size,
+                                eval_items, seed)
+    return _run_in_epochs(label, spec, data, epochs, seed, kappa_stopping, root, callbacks, steps_per_epoch)
+
+
+def tofu_run_specs(method_spec: dict, world: str | Path, level: str, duplicates: float = 0.0,
+                   retain_batch_size: int = 32, forget_batch_size: int = 32, eval_items: int | None = None,
+                   seed: int = 0) -> tuple[dict, dict]:
+    """The model and data specs of an unlearning run on a TOFU world: `method_spec` applied to the world's target,
+    and forget`level` against its retain set with the duplicates of a share `duplicates` of the forget items."""
     world = Path(world)
     spec = copy.deepcopy(method_spec)
     spec["init_args"] = {**(spec.get("init_args") or {}),
@@ -89,7 +100,7 @@ def tofu_unlearning_run(label: str, method_spec: dict, world: Path, level: str, 
                                                    "retain_duplicates": float(duplicates)}},
                           "tokenizer": str(world / "tokenizer"), "retain_batch_size": retain_batch_size,
                           "forget_batch_size": forget_batch_size, "eval_items": eval_items, "seed": seed}}
-    return _run_in_epochs(label, spec, data, epochs, seed, kappa_stopping, root, callbacks, steps_per_epoch)
+    return spec, data
 
 
 def _run_in_epochs(label: str, spec: dict, data: dict, epochs: int, seed: int, kappa_stopping: dict | None,

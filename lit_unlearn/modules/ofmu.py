@@ -36,6 +36,7 @@ from lit_unlearn.algorithms.ofmu import (
     HVP_MODES,
     capped_phi_gradient,
     clip_scale,
+    distance,
     fd_hvp,
     norm,
     phi_gradient_autograd,
@@ -233,7 +234,7 @@ class OFMUModule(UnlearningModule, RhoScheduled):
         diagnose = self.should_compute_diagnostics(steps_ahead=1)  # asked as after opt.step(), as it always was
         if diagnose:  # how far the inner ascent moved the weights, beside the outer step's length (docs/ofmu.md)
             with torch.no_grad():
-                inner_shift = float(norm([v - p0 for v, p0 in zip(views, start)], self._reduce))
+                inner_shift = float(distance(views, start, self._reduce))
         with torch.no_grad():
             # −δ with δ = (θ_T − θ_0) − η_out·d; SGD(lr=1) from θ_0 lands on θ_T − η_out·d.
             update = [(p0 - v) + self.outer_lr * d for v, p0, d in zip(views, start, outer)]
