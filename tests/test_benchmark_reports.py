@@ -53,3 +53,17 @@ def test_ofmu_budget_curve_reads_each_budgets_point_in_budget_order(tmp_path):
     points = curve.curve({30: tmp_path / "e30", 10: tmp_path / "e10"}, "01")
     assert [(e, fq, mu) for e, fq, _, mu, _, _ in points["NPO"]] == [(10, 0.01, 0.65), (30, 0.7, 0.6)]
     assert "0.4 / 0.58" in curve.table(points, "01")  # the paper's NPO beside it
+
+
+def test_robustness_compute_marks_a_point_only_where_all_three_targets_hold():
+    compute = _script("robustness_compute")
+    worst = {"attack": "loss", "scope": "pooled", "condition": "relearn"}
+    base = {"seed": 100, "level": "01", "before": 0.9, "relearning": 0.95, "quantisation": 0.9, "worst": worst}
+    rows = [{**base, "label": "a", "passed": True, "mu_ratio": 0.95, "compute_share": 0.5},    # on both edges: meets
+            {**base, "label": "b", "passed": True, "mu_ratio": 0.949, "compute_share": 0.2},   # utility short
+            {**base, "label": "c", "passed": True, "mu_ratio": 1.0, "compute_share": 0.51},    # compute over
+            {**base, "label": "d", "passed": False, "mu_ratio": 1.0, "compute_share": 0.1}]    # not forgotten
+    assert [compute.meets_all(r) for r in rows] == [True, False, False, False]
+    lines = compute.table(rows).splitlines()[2:]
+    assert [line.rsplit("|", 2)[1].strip() for line in lines] == ["yes", "no", "no", "no"]
+    assert "| 0.949 |" in lines[1] and "| 51% |" in lines[2] and "not forgotten (loss, pooled, relearn)" in lines[3]
