@@ -109,8 +109,8 @@ def reset_and_repair(world, level: str, tok, source, fields: dict, out: Path) ->
             read["tokens"] += int(batch["attention_mask"].sum())
 
         def batches(splits):
-            dm = QAFinetuneDataModule(source, tok, splits=tuple(splits), template="plain", max_length=512,
-                                      batch_size=4, seed=0)
+            dm = QAFinetuneDataModule(source, tok, splits=tuple(splits), template="plain",
+                                      max_length=world.recipe.max_length, batch_size=4, seed=0)
             dm.setup("fit")
             return dm.train_dataloader()
 
@@ -153,7 +153,7 @@ def measure(worlds: Path, seed: int, level: str, preset: str, points, out: Path)
     world = prepare_tofu_world(worlds, seed=seed, levels=(level,), log=lambda *a: None)
     distils = any(fields.get("stage", "distill") == "distill" for _, fields in points)
     run = teacher_run(worlds, seed, level, preset, out) if distils else None  # the lines read no teacher
-    tokens_read = json.loads((run / "results.json").read_text()).get("tokens_read") if distils else None
+    tokens_read = json.loads((run / "results.json").read_text()).get("tokens_read") if run else None
     source, tok = TofuSource(str(world.data), level), load_tokenizer(str(world.tokenizer))
     splits = source.eval_splits()
     runner = VerdictRunner(tok, splits["forget"], splits["holdout"], level, base=str(world.base))
@@ -187,10 +187,10 @@ def measure(worlds: Path, seed: int, level: str, preset: str, points, out: Path)
                    "band_ratio": v.band_ratio, "passed": v.passed, "headline": v.headline(),
                    **{f"{p}": (v.part(p) or {}).get("band_ratio") for p in ("before", "relearning", "quantisation")},
                    "worst": v.worst}
-        if "mu_ratio" not in row:
+        if "mu_ratio" not in row:  # a verdict cached before utility was measured gains it once
             row["mu_ratio"] = utility(model_dir) / target_mu
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(row, indent=1, default=float))
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps(row, indent=1, default=float))
         return row
 
     rows.append(judge("target (nothing removed)", world.target, 0.0, reads=frozenset()))

@@ -51,7 +51,7 @@ def test_reset_puts_back_the_reference_where_the_ratio_is_highest():
     scores = importance_scores(forget, retain)
     before = {n: p.detach().clone() for n, p in net.named_parameters()}
     reset = reset_to_reference(net, ref, scores, share=0.25)
-    # written out: every coordinate with its ratio, sorted; the top ⌈0.25·8⌉ = 2 take the reference's value
+    # written out: every coordinate with its ratio, sorted; the top round(0.25·8) = 2 take the reference's value
     coords = sorted(((float(forget[n].flatten()[i] / (retain[n].flatten()[i] + 1e-12)), n, i)
                      for n in forget for i in range(forget[n].numel())), reverse=True)
     chosen = {(n, i) for _, n, i in coords[:2]}

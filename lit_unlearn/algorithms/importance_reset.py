@@ -53,7 +53,7 @@ def importance_scores(forget: Mapping[str, Tensor], retain: Mapping[str, Tensor]
 
 
 def reset_threshold(scores: Mapping[str, Tensor], share: float) -> float:
-    """The score of the ⌈share·N⌉-th highest coordinate (inf where share selects none)."""
+    """The score of the round(share·N)-th highest coordinate (inf where share selects none)."""
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"share={share}: a fraction of the coordinates in [0, 1]")
     flat = torch.cat([s.flatten() for s in scores.values()])
