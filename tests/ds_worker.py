@@ -20,7 +20,7 @@ from lit_unlearn.data import TofuDataModule, TofuSource
 from lit_unlearn.distributed import release_process_group
 from lit_unlearn.models import CausalLM, tiny_llama_config
 
-STEPS = {"hamu": 4, "ofmu": 4}  # 4 steps with a checkpoint every 2 give the mid-run resume point; baselines take 2
+STEPS = {"hamu": 4, "ofmu": 4, "distill": 4}  # 4 steps with a checkpoint every 2 give the mid-run resume point; baselines take 2
 
 
 def build_module(method, vocab):
@@ -47,6 +47,11 @@ def build_module(method, vocab):
         from lit_unlearn.modules import RMUModule
 
         module = RMUModule(net, lr=0.05, layer=1, steering=6.5, retain_weight=3.0, optimizer="sgd")
+    elif method == "distill":  # the distillation stage: the student starts half-way to noise, the teacher is frozen
+        from lit_unlearn.modules import DistillRobustifyModule
+
+        module = DistillRobustifyModule(net, teacher=teacher_folder(), alpha=0.5, lr=1e-3, seed=0)
+        return module
     elif method == "hamu":
         from lit_unlearn.modules import HAMUModule
 
@@ -62,6 +67,19 @@ def build_module(method, vocab):
     return module
 
 
+def teacher_folder():
+    """The distillation's teacher: a Hugging Face folder the test writes beside the data."""
+    return os.environ["DS_WORKER_TEACHER"]
+
+
+def distill_data(args, tok):
+    from lit_unlearn.data import TofuSource
+    from lit_unlearn.distill import DistillSpec
+    from lit_unlearn.distill.stage import distillation_data
+
+    return distillation_data(TofuSource(args.data), tok, DistillSpec(batch_size=8))
+
+
 def strategy(args):
     if args.stage:
         from lit_unlearn.distributed.cpu_deepspeed import CPUDeepSpeedStrategy
@@ -72,11 +90,40 @@ def strategy(args):
     return "ddp" if args.ddp else "auto"
 
 
+def stage_run(args, tok, name):
+    """The distillation stage as users run it (lit_unlearn.distill.distill_model: the launch path, the strategy
+    from the config's `trainer`, the student gathered and exported); saves the exported student's weights."""
+    from lit_unlearn.data import TofuSource
+    from lit_unlearn.distill import DistillSpec, distill_model
+
+    if args.stage:
+        # persistence 0: no parameter stays gathered between passes, as a 7B model's large ones do not
+        zero = {"stage": args.stage, **({"stage3_param_persistence_threshold": 0} if args.stage == 3 else {})}
+        chosen = {"class_path": "lit_unlearn.distributed.cpu_deepspeed.CPUDeepSpeedStrategy", "init_args": {
+            "config": {"zero_optimization": zero, "gradient_clipping": 0.0,
+                       "zero_allow_untested_optimizer": True, "train_micro_batch_size_per_gpu": 1}}}
+    else:
+        chosen = "ddp" if args.ddp else "auto"
+    spec = DistillSpec(alpha=0.5, lr=1e-3, epochs=0.3, batch_size=8, seed=0,
+                       trainer={"accelerator": "cpu", "devices": args.devices, "strategy": chosen,
+                                "enable_model_summary": False})
+    result = distill_model(teacher_folder(), TofuSource(args.data), tok, spec, os.path.join(args.out_dir, name))
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:  # the exported folder, read back as any tool would
+        state = {n: p.detach().clone() for n, p in CausalLM(name_or_path=result["model"]).named_parameters()}
+        state["__units__"] = torch.tensor(result["units"])
+        torch.save(state, os.path.join(args.out_dir, f"{name}.pt"))
+
+
 def one_run(args, tok, name, method, resume):
+    if method == "distill_stage":
+        return stage_run(args, tok, name)
     pl.seed_everything(0, verbose=False)
     module = build_module(method, len(tok))
-    dm = TofuDataModule(TofuSource(args.data), tok, retain_batch_size=8, forget_batch_size=4,
-                        alternate_answers="generated" if method == "idkdpo" else None)
+    if method == "distill":
+        dm = distill_data(args, tok)
+    else:
+        dm = TofuDataModule(TofuSource(args.data), tok, retain_batch_size=8, forget_batch_size=4,
+                            alternate_answers="generated" if method == "idkdpo" else None)
     ckpt_dir = os.path.join(args.ckpt_dir, name) if args.ckpt_dir else None
     callbacks = []
     if ckpt_dir:
@@ -109,6 +156,8 @@ def one_run(args, tok, name, method, resume):
         state = {n: p.detach().clone() for n, p in module.network.named_parameters()}
     if method == "ofmu":
         state["__rho__"] = torch.tensor(module.rho)
+    if method == "distill":
+        state["__units__"] = torch.tensor(module.units())
     reference = getattr(module, "_reference", None)
     if reference is not None:  # the share of the frozen reference this rank holds (ZeRO-3 shards it)
         local = sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in reference.parameters())

@@ -1,4 +1,4 @@
-"""HAMU, OFMU and the LLM baselines under real sharding: DeepSpeed ZeRO-2 and ZeRO-3 with 2 CPU processes (gloo)
+"""HAMU, OFMU, the LLM baselines and the distillation stage under real sharding: DeepSpeed ZeRO-2 and ZeRO-3 with 2 CPU processes (gloo)
 and DDP make the same update as one process (HAMU's per-layer statistics come from local gradient slices and one
 all_reduce; OFMU's finite-difference HVPs run on shards), and sharded checkpoints resume mid-run, after a normal
 save or a pre-emption inside a backward pass, to the same weights as an uninterrupted run.
@@ -20,7 +20,7 @@ from lit_unlearn.models import CausalLM, tiny_llama_config
 pytestmark = pytest.mark.slow
 pytest.importorskip("deepspeed")
 WORKER = __file__.replace("test_deepspeed.py", "ds_worker.py")
-METHODS = ["hamu", "ofmu", "simnpo", "idkdpo", "rmu", "graddiff"]
+METHODS = ["hamu", "ofmu", "simnpo", "idkdpo", "rmu", "graddiff", "distill", "distill_stage"]
 MODES = {"one": [], "zero2": ["--stage", "2", "--devices", "2"], "zero3": ["--stage", "3", "--devices", "2"],
          "ddp": ["--ddp", "--devices", "2"]}
 
@@ -58,8 +58,15 @@ def launches(tmp_path_factory, subprocess_env, prefork):
     s = generate_fictitious_tofu(n_authors=20, n_questions=4, seed=1)
     train_bpe_tokenizer([r["question"] + " " + r["answer"] for rows in s.values() for r in rows], root / "tok",
                         vocab_size=300)
+    from transformers import AutoTokenizer
+
+    from lit_unlearn.models.hf_export import export_hf
+
+    tok = AutoTokenizer.from_pretrained(root / "tok")  # the distillation's teacher: another tiny Llama
+    export_hf(CausalLM(config=tiny_llama_config(vocab_size=len(tok)), seed=1), tok, root / "teacher")
     # the shared-memory extension DeepSpeed compiles on first use stays in the user's cache across sessions
-    return Launches(root, dict(subprocess_env, DS_ACCELERATOR="cpu"), prefork)
+    return Launches(root, dict(subprocess_env, DS_ACCELERATOR="cpu", DS_WORKER_TEACHER=str(root / "teacher")),
+                    prefork)
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +76,15 @@ def vocab(launches):
     return len(AutoTokenizer.from_pretrained(launches.root / "tok"))
 
 
-def start_weights(vocab, method):
-    start = {n: p.detach() for n, p in CausalLM(config=tiny_llama_config(vocab_size=vocab), seed=0).named_parameters()}
+def start_weights(vocab, method, teacher=None):
+    net = CausalLM(config=tiny_llama_config(vocab_size=vocab), seed=0)
+    if method == "distill_stage":  # the stage as users run it starts from its teacher's weights
+        net = CausalLM(name_or_path=str(teacher))
+    if method.startswith("distill"):  # the student starts as the worker's start shrunk half-way to noise
+        from lit_unlearn.modules import DistillRobustifyModule
+
+        net = DistillRobustifyModule(net, teacher=str(teacher), alpha=0.5, lr=1e-3, seed=0).network
+    start = {n: p.detach() for n, p in net.named_parameters()}
     if method in ("idkdpo", "rmu"):  # the worker moves the weights away from the frozen reference first
         g = torch.Generator().manual_seed(1)
         start = {n: p + 0.02 * torch.randn(p.shape, generator=g) for n, p in start.items()}
@@ -83,8 +97,9 @@ def start_weights(vocab, method):
 @pytest.mark.parametrize("method", METHODS)
 def test_two_processes_make_one_process_update(launches, vocab, method, mode):
     """HAMU (4 steps), OFMU with finite-difference HVPs and a linear ρ schedule (4 rounds), and SimNPO, IdkDPO,
-    RMU and GradDiff with AdamW (2 steps; DeepSpeed wraps the client optimizer as in the 7B benches) end where one
-    process ends. Under ZeRO-3 the frozen reference is sharded: each of the 2 ranks holds half of it."""
+    RMU and GradDiff with AdamW (2 steps; DeepSpeed wraps the client optimizer as in the 7B benches), and the
+    distillation stage (4 steps, AdamW, a cosine schedule, the frozen teacher outside the module tree; and the stage
+    as users run it, its strategy from its config, the student gathered and exported) end where one process ends. Under ZeRO-3 the frozen reference is sharded: each of the 2 ranks holds half of it."""
     single, sharded = launches.weights("one", method), launches.weights(mode, method)
     if method == "ofmu":
         assert single.pop("__rho__").item() == sharded.pop("__rho__").item() == pytest.approx(0.2 + 0.3 * 3)
@@ -92,7 +107,9 @@ def test_two_processes_make_one_process_update(launches, vocab, method, mode):
         assert single.pop("__reference_share__").item() == 1.0
         share = sharded.pop("__reference_share__").item()
         assert share == pytest.approx(0.5, abs=0.01) if mode == "zero3" else share == 1.0
-    start = start_weights(vocab, method)
+    if method.startswith("distill"):  # every rank reads the whole batch: the token count is one process's
+        assert single.pop("__units__").item() == sharded.pop("__units__").item() > 0
+    start = start_weights(vocab, method, launches.root / "teacher")
     one = {k: v for k, v in single.items() if k in start}
     tol = 1e-3 if method == "ofmu" else 1e-4  # finite differences in float32 amplify reduction noise
     compared, moved = assert_same_update(one, {k: sharded[k] for k in one}, start, tol)
@@ -109,18 +126,20 @@ def test_cpu_deepspeed_never_builds_its_shared_memory_extension(launches, mode):
 
 @pytest.fixture(scope="module")
 def resumed(launches):
-    """HAMU and OFMU resumed under ZeRO-3 from the straight run's step-2 checkpoints, and HAMU resumed from the
-    hpc checkpoint a pre-emption inside step 1's backward pass wrote (the launch exits 138)."""
+    """HAMU, OFMU and the distillation stage (its token count included) resumed under ZeRO-3 from the straight
+    run's step-2 checkpoints, and HAMU resumed from the hpc checkpoint a pre-emption inside step 1's backward pass
+    wrote (the launch exits 138)."""
     ck = launches.mode("zero3") / "ck"
     pre = launches.root / "pre"
     launches.launch("preempt", *MODES["zero3"], "--ckpt-dir", str(pre), "--preempt-at", "1", "--run", "hamu",
                     expect=138)
     runs = [f"hamu=hamu@{ck / 'hamu' / 'step=2.ckpt'}", f"ofmu=ofmu@{ck / 'ofmu' / 'step=2.ckpt'}",
-            f"hamu_hpc=hamu@{pre / 'hamu' / 'hpc_ckpt_1.ckpt'}"]
+            f"hamu_hpc=hamu@{pre / 'hamu' / 'hpc_ckpt_1.ckpt'}", f"distill=distill@{ck / 'distill' / 'step=2.ckpt'}"]
     return launches.launch("resumed", *MODES["zero3"], *[a for r in runs for a in ("--run", r)]), ck, pre
 
 
-@pytest.mark.parametrize("name, method", [("hamu", "hamu"), ("ofmu", "ofmu"), ("hamu_hpc", "hamu")])
+@pytest.mark.parametrize("name, method", [("hamu", "hamu"), ("ofmu", "ofmu"), ("hamu_hpc", "hamu"),
+                                          ("distill", "distill")])
 def test_zero3_checkpoints_resume_mid_run_exactly(launches, resumed, name, method):
     out, ck, pre = resumed
     assert (ck / method / "step=2.ckpt").is_dir()  # a sharded (per-rank) checkpoint folder

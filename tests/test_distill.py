@@ -76,3 +76,24 @@ def test_the_stage_distils_without_the_forget_set_and_counts_its_compute(tofu_wo
     assert min(moved) > 0.2  # half-way to noise, a few steps of distillation later
     again = distill_model(tofu_world.target, source, tok, spec, tmp_path / "d")  # resumes: nothing more to do
     assert again["units"] == result["units"]
+
+
+def test_the_stage_takes_its_strategy_from_its_config_and_keeps_its_own_schedule():
+    """The packaged 7B config shards the student with DeepSpeed ZeRO-3 (the strategy builds from its mapping, as the
+    launch path builds it); a config that sets what the stage derives itself (the step count, the logger) is refused
+    in one line naming the key."""
+    from lit_unlearn.core.errors import UserError
+    from lit_unlearn.distill import DistillSpec
+    from lit_unlearn.distill.spec import load_distill_spec
+    from lit_unlearn.distributed import zero_stage
+    from lit_unlearn.storage.packaged_files import packaged_config
+    from lit_unlearn.storage.specs import build
+
+    pytest.importorskip("deepspeed")
+    spec = load_distill_spec(packaged_config("distill_llama2_7b_zero3", ("distill",)))
+    assert zero_stage(build(spec.trainer["strategy"])) == 3
+    assert spec.trainer["precision"] == "bf16-mixed" and spec.lr == pytest.approx(1e-5)
+    assert load_distill_spec(packaged_config("distill_tofu", ("distill",))).trainer == {}
+    for key in ("max_steps", "logger"):
+        with pytest.raises(UserError, match=f"trainer.{key} is set by the stage"):
+            DistillSpec(trainer={key: 3, "devices": 2})

@@ -10,6 +10,8 @@ from lit_unlearn.storage.specs import dataclass_spec
 
 __all__ = ["DistillSpec", "load_distill_spec"]
 
+MANAGED_TRAINER_KEYS = ("max_steps", "max_epochs", "logger", "limit_val_batches", "log_every_n_steps")
+
 
 @dataclass
 class DistillSpec:
@@ -30,10 +32,17 @@ class DistillSpec:
     seed: int = 0
     verdict: bool = True                # the full verdict on the student when distilling ends
     splits: list[str] = field(default_factory=lambda: ["real_authors", "world_facts"])  # besides the retain split
+    # pl.Trainer keywords for the distillation run: strategy (a {class_path, init_args} mapping, e.g. DeepSpeed
+    # ZeRO-3), precision, accelerator, devices; the stage sets the schedule and the logger itself
+    trainer: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.epochs > 0 or not self.lr > 0 or self.batch_size < 1:
             raise UserError("distill: epochs, lr and batch_size must be positive")
+        managed = sorted(set(self.trainer) & set(MANAGED_TRAINER_KEYS))
+        if managed:
+            raise UserError(f"distill: trainer.{managed[0]} is set by the stage itself (from epochs and batch_size); "
+                            f"remove it")
 
     def as_dict(self) -> dict:
         return asdict(self)

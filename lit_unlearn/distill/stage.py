@@ -47,6 +47,7 @@ def distill_model(teacher: str | Path, source, tokenizer, spec: DistillSpec, out
     written to OUT/model. Returns the compute counts and where the student is."""
     from lightning.pytorch.loggers import TensorBoardLogger
 
+    from lit_unlearn.distributed.gathered_weights import gathered_weights
     from lit_unlearn.launch.runs import RunSpec, launch
     from lit_unlearn.models import CausalLM
     from lit_unlearn.models.hf_export import export_hf
@@ -65,16 +66,21 @@ def distill_model(teacher: str | Path, source, tokenizer, spec: DistillSpec, out
                 "data": getattr(source, "path", None), "level": source.forget_level}
     say(f"== distilling {teacher} into its shrunk and perturbed copy (alpha {spec.alpha}, {spec.init}; {steps} steps "
         f"over {', '.join(data.splits)}) ==")
+    # every rank reads the same bucketed batch: several processes shard the memory (ZeRO), the step is one batch's
+    trainer = {**spec.trainer, "max_steps": steps, "max_epochs": -1, "limit_val_batches": 0, "log_every_n_steps": 5,
+               "logger": TensorBoardLogger(save_dir=str(out), name="tensorboard")}
     launched = launch(RunSpec(out / "run", model, data, seed=spec.seed, identity=identity, progress=True,
-                              trainer={"max_steps": steps, "max_epochs": -1, "limit_val_batches": 0,
-                                       "log_every_n_steps": 5,
-                                       "logger": TensorBoardLogger(save_dir=str(out), name="tensorboard")}))
+                              trainer=trainer))
     student = launched.model
-    export_hf(student.network, tokenizer, out / "model")
+    with gathered_weights(student.network):  # every rank takes part; rank zero writes
+        if launched.trainer.is_global_zero:
+            export_hf(student.network, tokenizer, out / "model")
+    launched.trainer.strategy.barrier("distill-export")  # no rank reads the student before it is written
     result = {"spec": spec.as_dict(), "steps": steps, "units": student.units(), "finetune_units": ft_units,
               "compute_share": student.units() / ft_units, "tokens_per_epoch": tokens,
               "model": str(out / "model"), "teacher": str(teacher)}
-    (out / "distill.json").write_text(json.dumps(result, indent=1))
+    if launched.trainer.is_global_zero:
+        (out / "distill.json").write_text(json.dumps(result, indent=1))
     say(f"distillation: {student.units():,} token-pass units, {result['compute_share']:.0%} of the retain-only "
         f"fine-tune's {ft_units:,} ({spec.finetune_epochs} epochs over the same data)")
     return result

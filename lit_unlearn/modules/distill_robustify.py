@@ -88,7 +88,9 @@ class DistillRobustifyModule(pl.LightningModule):
         if not self._teacher:
             from lit_unlearn.models import CausalLM
 
-            net = CausalLM(name_or_path=self.teacher_path).to(self.device).eval()
+            # whole on every rank, in the student's dtype (bf16 under a bf16 strategy): it is never trained
+            dtype = next(self.network.parameters()).dtype
+            net = CausalLM(name_or_path=self.teacher_path).to(device=self.device, dtype=dtype).eval()
             for p in net.parameters():
                 p.requires_grad_(False)
             self._teacher.append(net)
