@@ -76,6 +76,15 @@ def test_the_stage_distils_without_the_forget_set_and_counts_its_compute(tofu_wo
     assert min(moved) > 0.2  # half-way to noise, a few steps of distillation later
     again = distill_model(tofu_world.target, source, tok, spec, tmp_path / "d")  # resumes: nothing more to do
     assert again["units"] == result["units"]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = sorted((tmp_path / "d" / "tensorboard").rglob("events.out.tfevents.*"))
+    assert events, "no TensorBoard events under d/tensorboard"
+    acc = EventAccumulator(str(events[0].parent))
+    acc.Reload()
+    shares = acc.Scalars("distill/compute_share")  # TensorBoard shows the stage's cost as it runs
+    assert {"distill/loss", "distill/units"} <= set(acc.Tags()["scalars"])
+    assert shares[-1].value == pytest.approx(result["compute_share"], rel=0.2)
 
 
 def test_the_stage_takes_its_strategy_from_its_config_and_keeps_its_own_schedule():

@@ -67,7 +67,8 @@ def distill_model(teacher: str | Path, source, tokenizer, spec: DistillSpec, out
     say(f"== distilling {teacher} into its shrunk and perturbed copy (alpha {spec.alpha}, {spec.init}; {steps} steps "
         f"over {', '.join(data.splits)}) ==")
     # every rank reads the same bucketed batch: several processes shard the memory (ZeRO), the step is one batch's
-    trainer = {**spec.trainer, "max_steps": steps, "max_epochs": -1, "limit_val_batches": 0, "log_every_n_steps": 5,
+    trainer = {**spec.trainer, "max_steps": steps, "max_epochs": -1, "limit_val_batches": 0,
+               "log_every_n_steps": min(5, steps),  # a short run logs its last step too
                "logger": TensorBoardLogger(save_dir=str(out), name="tensorboard")}
     launched = launch(RunSpec(out / "run", model, data, seed=spec.seed, identity=identity, progress=True,
                               trainer=trainer))
