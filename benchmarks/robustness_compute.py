@@ -94,6 +94,7 @@ def reset_and_repair(world, level: str, tok, source, fields: dict, out: Path) ->
 
     from lit_unlearn.algorithms.importance_reset import fisher_diagonal, importance_scores, reset_to_reference
     from lit_unlearn.algorithms.losses import mean_nll
+    from lit_unlearn.algorithms.token_passes import training_units
     from lit_unlearn.core.batches import logits_and_labels
     from lit_unlearn.data.tofu import FORGET_SPLITS, QAFinetuneDataModule
     from lit_unlearn.models import CausalLM
@@ -127,7 +128,7 @@ def reset_and_repair(world, level: str, tok, source, fields: dict, out: Path) ->
         reset_to_reference(network, base, scores, fields["share"])
         network.save_pretrained(out / "reset")
         tok.save_pretrained(str(out / "reset"))
-        units_file.write_text(json.dumps({"fisher_units": 3 * read["tokens"]}))
+        units_file.write_text(json.dumps({"fisher_units": training_units(read["tokens"])}))
     units = json.loads(units_file.read_text())["fisher_units"]
     if not fields["epochs"]:
         return out / "reset", units
@@ -139,6 +140,7 @@ def measure(worlds: Path, seed: int, level: str, preset: str, points, out: Path)
     import torch
 
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    from lit_unlearn.algorithms.token_passes import training_units
     from lit_unlearn.data import TofuSource
     from lit_unlearn.data.tokenizer import load_tokenizer
     from lit_unlearn.distill import DistillSpec, distill_model
@@ -159,7 +161,7 @@ def measure(worlds: Path, seed: int, level: str, preset: str, points, out: Path)
     runner = VerdictRunner(tok, splits["forget"], splits["holdout"], level, base=str(world.base))
     tokens_per_epoch, ft_units = finetune_units(distillation_data(source, tok, DistillSpec()),
                                                 DistillSpec().finetune_epochs)
-    teacher_units = 3 * (tokens_read or 0)
+    teacher_units = training_units(tokens_read or 0)
     folder = out / (f"seed{seed}_l{level}_{preset}" if distils else f"seed{seed}_l{level}_lines")
     cache_dir = out / "verdicts" / folder.name
     rows = []
@@ -203,10 +205,11 @@ def measure(worlds: Path, seed: int, level: str, preset: str, points, out: Path)
         where = folder / label.replace(" ", "_").replace("/", "-")
         if stage == "retrain":   # never saw the forget set: reads nothing of it
             model = finetune_on_retain(world, level, where, fields["epochs"], tok, lr=fields.get("lr"))
-            row = judge(label, model, 3 * tokens_per_epoch * fields["epochs"] / ft_units, reads=frozenset())
+            row = judge(label, model, training_units(tokens_per_epoch, fields["epochs"]) / ft_units,
+                        reads=frozenset())
         elif stage == "reset":   # reads the forget set's NLL gradients
             model, units = reset_and_repair(world, level, tok, source, fields, where)
-            row = judge(label, model, (units + 3 * tokens_per_epoch * fields["epochs"]) / ft_units,
+            row = judge(label, model, (units + training_units(tokens_per_epoch, fields["epochs"])) / ft_units,
                         reads=frozenset({"loss"}))
         else:
             result = distill_model(run / "model", source, tok, DistillSpec(**fields), where, base=str(world.base))

@@ -18,9 +18,11 @@ import torch
 from lit_unlearn.callbacks.preemption import Preempted
 from lit_unlearn.data import TofuDataModule, TofuSource
 from lit_unlearn.distributed import release_process_group
+from lit_unlearn.distributed.gathered_weights import gathered_weights
 from lit_unlearn.models import CausalLM, tiny_llama_config
 
-STEPS = {"hamu": 4, "ofmu": 4, "distill": 4}  # 4 steps with a checkpoint every 2 give the mid-run resume point; baselines take 2
+# 4 steps with a checkpoint every 2 give the mid-run resume point; baselines take 2
+STEPS = {"hamu": 4, "ofmu": 4, "distill": 4}
 
 
 def build_module(method, vocab):
@@ -50,8 +52,7 @@ def build_module(method, vocab):
     elif method == "distill":  # the distillation stage: the student starts half-way to noise, the teacher is frozen
         from lit_unlearn.modules import DistillRobustifyModule
 
-        module = DistillRobustifyModule(net, teacher=teacher_folder(), alpha=0.5, lr=1e-3, seed=0)
-        return module
+        return DistillRobustifyModule(net, teacher=teacher_folder(), alpha=0.5, lr=1e-3, seed=0)  # no run report
     elif method == "hamu":
         from lit_unlearn.modules import HAMUModule
 
@@ -73,37 +74,40 @@ def teacher_folder():
 
 
 def distill_data(args, tok):
-    from lit_unlearn.data import TofuSource
     from lit_unlearn.distill import DistillSpec
     from lit_unlearn.distill.stage import distillation_data
 
     return distillation_data(TofuSource(args.data), tok, DistillSpec(batch_size=8))
 
 
+def zero_config(args, persistence=None):
+    """The DeepSpeed config of --stage; `persistence`: ZeRO-3's stage3_param_persistence_threshold."""
+    zero = {"stage": args.stage}
+    if persistence is not None:
+        zero["stage3_param_persistence_threshold"] = persistence
+    return {"zero_optimization": zero, "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
+            "train_micro_batch_size_per_gpu": 1}
+
+
 def strategy(args):
     if args.stage:
         from lit_unlearn.distributed.cpu_deepspeed import CPUDeepSpeedStrategy
 
-        return CPUDeepSpeedStrategy(config={
-            "zero_optimization": {"stage": args.stage}, "gradient_clipping": 0.0,
-            "zero_allow_untested_optimizer": True, "train_micro_batch_size_per_gpu": 1})
+        return CPUDeepSpeedStrategy(config=zero_config(args))
     return "ddp" if args.ddp else "auto"
 
 
 def stage_run(args, tok, name):
     """The distillation stage as users run it (lit_unlearn.distill.distill_model: the launch path, the strategy
     from the config's `trainer`, the student gathered and exported); saves the exported student's weights."""
-    from lit_unlearn.data import TofuSource
     from lit_unlearn.distill import DistillSpec, distill_model
 
-    if args.stage:
-        # persistence 0: no parameter stays gathered between passes, as a 7B model's large ones do not
-        zero = {"stage": args.stage, **({"stage3_param_persistence_threshold": 0} if args.stage == 3 else {})}
+    if args.stage:  # as a config writes it; persistence 0: no parameter stays gathered between passes, as a 7B
+        # model's large ones do not
         chosen = {"class_path": "lit_unlearn.distributed.cpu_deepspeed.CPUDeepSpeedStrategy", "init_args": {
-            "config": {"zero_optimization": zero, "gradient_clipping": 0.0,
-                       "zero_allow_untested_optimizer": True, "train_micro_batch_size_per_gpu": 1}}}
+            "config": zero_config(args, persistence=0 if args.stage == 3 else None)}}
     else:
-        chosen = "ddp" if args.ddp else "auto"
+        chosen = strategy(args)  # "ddp" or "auto"
     spec = DistillSpec(alpha=0.5, lr=1e-3, epochs=0.3, batch_size=8, seed=0,
                        trainer={"accelerator": "cpu", "devices": args.devices, "strategy": chosen,
                                 "enable_model_summary": False})
@@ -146,13 +150,7 @@ def one_run(args, tok, name, method, resume):
                          enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                          num_sanity_val_steps=0, strategy=strategy(args))
     trainer.fit(module, dm, ckpt_path=resume)
-    params = list(module.network.parameters())
-    if args.stage == 3:
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(params):
-            state = {n: p.detach().clone() for n, p in module.network.named_parameters()}
-    else:
+    with gathered_weights(module.network):  # whole under ZeRO-3
         state = {n: p.detach().clone() for n, p in module.network.named_parameters()}
     if method == "ofmu":
         state["__rho__"] = torch.tensor(module.rho)

@@ -1,7 +1,7 @@
-"""HAMU, OFMU, the LLM baselines and the distillation stage under real sharding: DeepSpeed ZeRO-2 and ZeRO-3 with 2 CPU processes (gloo)
-and DDP make the same update as one process (HAMU's per-layer statistics come from local gradient slices and one
-all_reduce; OFMU's finite-difference HVPs run on shards), and sharded checkpoints resume mid-run, after a normal
-save or a pre-emption inside a backward pass, to the same weights as an uninterrupted run.
+"""HAMU, OFMU, the LLM baselines and the distillation stage under real sharding: DeepSpeed ZeRO-2 and ZeRO-3 with 2
+CPU processes (gloo) and DDP make the same update as one process (HAMU's per-layer statistics come from local
+gradient slices and one all_reduce; OFMU's finite-difference HVPs run on shards), and sharded checkpoints resume
+mid-run, after a normal save or a pre-emption inside a backward pass, to the same weights as an uninterrupted run.
 
 Each launch of 2 processes runs every method in turn (tests/ds_worker.py), and the launches are shared by the tests
 below: starting the processes costs far more than the tiny runs themselves."""
@@ -99,7 +99,8 @@ def test_two_processes_make_one_process_update(launches, vocab, method, mode):
     """HAMU (4 steps), OFMU with finite-difference HVPs and a linear ρ schedule (4 rounds), and SimNPO, IdkDPO,
     RMU and GradDiff with AdamW (2 steps; DeepSpeed wraps the client optimizer as in the 7B benches), and the
     distillation stage (4 steps, AdamW, a cosine schedule, the frozen teacher outside the module tree; and the stage
-    as users run it, its strategy from its config, the student gathered and exported) end where one process ends. Under ZeRO-3 the frozen reference is sharded: each of the 2 ranks holds half of it."""
+    as users run it, its strategy from its config, the student gathered and exported) end where one process ends.
+    Under ZeRO-3 the frozen reference is sharded: each of the 2 ranks holds half of it."""
     single, sharded = launches.weights("one", method), launches.weights(mode, method)
     if method == "ofmu":
         assert single.pop("__rho__").item() == sharded.pop("__rho__").item() == pytest.approx(0.2 + 0.3 * 3)

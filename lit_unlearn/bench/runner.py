@@ -53,6 +53,7 @@ def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpe
     """One run: the method's module on the world's target for its step budget (through the launch path, in its
     own folder under `runs`), then the benchmark's report (and with `audit`, the audit's columns). method=None
     evaluates the target itself (the "before" row)."""
+    from lit_unlearn.algorithms.token_passes import training_units
     from lit_unlearn.launch.runs import RunSpec, launch
     from lit_unlearn.storage.specs import build, fingerprint
 
@@ -78,7 +79,7 @@ def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpe
                                   configure=_no_report))
         trained = launched.model.network
         reads = launched.model.reads_statistics
-        compute["unlearn/units"] = 3 * launched.model.tokens_read
+        compute["unlearn/units"] = training_units(launched.model.tokens_read)
         if method.distill is not None:
             trained, compute = _distilled(bench, world, level, method, point, launched, compute)
     summary = {**bench.evaluate(world, level, trained, spec, reads), **compute}

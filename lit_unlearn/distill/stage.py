@@ -13,6 +13,7 @@ import json
 import math
 from pathlib import Path
 
+from lit_unlearn.algorithms.token_passes import training_units
 from lit_unlearn.core.console import say
 from lit_unlearn.distill.spec import DistillSpec
 
@@ -38,7 +39,7 @@ def finetune_units(data, epochs: float) -> tuple[int, int]:
     """(tokens in one epoch of `data`, the token-pass units of `epochs` epochs of fine-tuning on it: 3 per token)."""
     data.setup("fit")
     tokens = sum(len(data.train_set[i]["input_ids"]) for i in range(len(data.train_set)))
-    return tokens, int(3 * epochs * tokens)
+    return tokens, int(training_units(tokens, epochs))
 
 
 def distill_model(teacher: str | Path, source, tokenizer, spec: DistillSpec, out: str | Path, base: str | None = None,

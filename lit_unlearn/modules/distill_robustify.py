@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from lit_unlearn.algorithms.losses import distillation_loss, mean_nll
+from lit_unlearn.algorithms.token_passes import FORWARD_UNITS, training_units
 from lit_unlearn.core.batches import logits_and_labels
 from lit_unlearn.core.errors import UserError
 
@@ -123,7 +124,7 @@ class DistillRobustifyModule(pl.LightningModule):
 
     def units(self) -> int:
         """Token-pass units spent: 3 per student token (forward and backward), 1 per teacher token."""
-        return 3 * self.student_tokens + self.teacher_tokens
+        return training_units(self.student_tokens) + FORWARD_UNITS * self.teacher_tokens
 
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.network.parameters(), lr=self.lr, weight_decay=0.0)
