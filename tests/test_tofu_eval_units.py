@@ -1,10 +1,16 @@
-"""The TOFU evaluator's metric units give the numbers the evaluator gave before it was split into units (to 1e-6),
-on TOFU's real forget01, holdout01 and slices of retain, real-author and world-fact splits; and each unit runs only
-the passes it declares.
+"""The TOFU evaluator's metric units give the numbers the evaluator gave before it was split into units, on TOFU's
+real forget01, holdout01 and slices of retain, real-author and world-fact splits; and each unit runs only the passes
+it declares.
 
-The expected numbers in tests/data/tofu_eval_golden.json were written by the evaluator as it stood before the split
-(`python tests/test_tofu_eval_units.py --write`, commit noted in the file); they are regenerated only when a metric
-is meant to change."""
+The two evaluated models are shipped (tests/data/tofu_eval_models/*.safetensors), not trained where the test runs:
+training is not bit-equal across instruction sets (Adam amplifies the last bits of float64 sums), and weights trained
+on an AVX2-only machine moved the forget truth ratio by 0.4 %. Evaluating fixed float32 weights differs across
+instruction sets only in the last bits: measured over every one of the ~7,300 numbers, native AVX-512 against
+ATEN_CPU_CAPABILITY=avx2 at most 1e-6, against =default at most 8.7e-6 (relative); the tolerance below is 5e-5.
+
+The expected numbers in tests/data/tofu_eval_golden.json were written by `python tests/test_tofu_eval_units.py
+--write` (commit noted in the file; it trains the two models, ships them, and evaluates them); they are regenerated
+only when a metric is meant to change."""
 
 from __future__ import annotations
 
@@ -17,6 +23,9 @@ import pytest
 import torch
 
 GOLDEN = Path(__file__).parent / "data" / "tofu_eval_golden.json"
+MODELS = Path(__file__).parent / "data" / "tofu_eval_models"
+# the spread of these numbers across instruction sets, measured (module docstring) and widened about 6 times
+REL_TOL, ABS_TOL = 5e-5, 1e-6
 SPLIT_SLICES = {"forget": ("forget01_perturbed", 40), "holdout": ("holdout01", 40),
                 "retain": ("retain_perturbed", 40), "real_authors": ("real_authors_perturbed", 20),
                 "world_facts": ("world_facts_perturbed", 20)}
@@ -54,17 +63,36 @@ def _fitted(network, tok, rows, steps: int = 150):
     return network.float().eval()
 
 
-def evaluate_all(folder: Path) -> dict[str, dict]:
+def shipped_models(splits, tok, write: bool = False):
+    """(reference model, evaluated model): loaded from tests/data/tofu_eval_models, or (write) trained and saved
+    there. The reference learned the retain, real-author and world-fact items; the evaluated model those and half
+    of the forget items."""
+    from safetensors.torch import load_file, save_file
+
+    from lit_unlearn.models import CausalLM, tiny_llama_config
+
+    config = tiny_llama_config(vocab_size=len(tok), max_positions=512)
+    known = splits["retain"] + splits["real_authors"][:10] + splits["world_facts"][:10]
+    models = {}
+    for name, seed, rows in (("reference", 11, known), ("model", 12, known + splits["forget"][:20])):
+        network = CausalLM(config=config, seed=seed)
+        if write:
+            network = _fitted(network, tok, rows)
+            MODELS.mkdir(exist_ok=True)
+            save_file({k: v.contiguous() for k, v in network.state_dict().items()}, MODELS / f"{name}.safetensors")
+        else:
+            network.load_state_dict(load_file(MODELS / f"{name}.safetensors"))
+        models[name] = network.eval()
+    return models["reference"], models["model"]
+
+
+def evaluate_all(folder: Path, write: bool = False) -> dict[str, dict]:
     """Every report the golden file holds: a reference model's, then the evaluated model's against it, in both
     conventions (all metrics, gradnorm and the reference attack included)."""
     from lit_unlearn.metrics import TofuEvaluator
-    from lit_unlearn.models import CausalLM, tiny_llama_config
 
     splits, tok = real_splits_and_tokenizer(folder)
-    config = tiny_llama_config(vocab_size=len(tok), max_positions=512)
-    known = splits["retain"] + splits["real_authors"][:10] + splits["world_facts"][:10]
-    reference_model = _fitted(CausalLM(config=config, seed=11), tok, known)
-    model = _fitted(CausalLM(config=config, seed=12), tok, known + splits["forget"][:20])
+    reference_model, model = shipped_models(splits, tok, write)
     out = {}
     for name, options in SETTINGS.items():
         ref = TofuEvaluator(tok, splits, max_new_tokens=16, **options).run(reference_model)
@@ -93,7 +121,7 @@ def reports(tmp_path_factory):
     return evaluate_all(tmp_path_factory.mktemp("units"))
 
 
-@pytest.mark.slow  # its fixture fits two models and evaluates them four times on the real splits (~40 s)
+@pytest.mark.slow  # its fixture evaluates the two shipped models four times on the real splits (~30 s)
 def test_the_units_give_the_evaluators_numbers_before_the_split(reports):
     golden = json.loads(GOLDEN.read_text())["reports"]
     assert set(golden) == set(reports)
@@ -106,7 +134,7 @@ def test_the_units_give_the_evaluators_numbers_before_the_split(reports):
             if value is None:
                 assert got[path] is None, f"{name}: {path} was missing before, now {got[path]}"
             else:
-                assert got[path] is not None and math.isclose(got[path], value, rel_tol=1e-6, abs_tol=1e-6), \
+                assert got[path] is not None and math.isclose(got[path], value, rel_tol=REL_TOL, abs_tol=ABS_TOL), \
                     f"{name}: {path} = {got[path]}, before the split {value}"
             compared += 1
     assert compared > 2000, compared  # per-item values of every split and attack, not just the summary
@@ -246,7 +274,7 @@ if __name__ == "__main__" and "--write" in sys.argv:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
-        reports = evaluate_all(Path(tmp))
+        reports = evaluate_all(Path(tmp), write=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     GOLDEN.write_text(json.dumps({"written_by": f"tests/test_tofu_eval_units.py --write at commit {commit}",
                                   "reports": reports}, indent=0))
