@@ -50,9 +50,12 @@ from lit_unlearn.core.plug_points import (
     require,
 )
 
-__all__ = ["HoldoutVerification", "UTILITY_METRICS", "BAND"]
+__all__ = ["HoldoutVerification", "UTILITY_METRICS", "BAND", "margins_origin", "next_steps"]
 
 BAND = "holdout_band_ratio"
+NO_HOLDOUT = ("no holdout data was given, so nothing tells whether the forget items now look like items the model "
+              "never saw (the membership attacks, relearning, 4-bit); give holdout=FILE: items of the same kind and "
+              "source as the forget set that the model was never trained on (at least 2 x 20 items)")
 UTILITY_METRICS = ("model_utility", "model_utility_ratio")
 ITEMS_PER_AUTHOR = 20  # TOFU's layout: a split's items come author by author, 20 each (steering_halves)
 UTILITY_SPLITS = ("retain", "real_authors", "world_facts")
@@ -67,7 +70,7 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
                  max_new_tokens: int | None = None, batch_size: int = 32, mia_convention: str = "lit-unlearn",
                  gold_standard: str | None = None, holdout_every_n_steps: int = 1,
                  reference_model: str | None = None, steer_on: str = "none", final_verdict: str = "full",
-                 spec: dict | None = None) -> None:
+                 spec: dict | None = None, when_missing: str = "error") -> None:
         """
         Args:
             source: a TofuSource (default: the datamodule's); its eval splits must include `holdout`.
@@ -98,6 +101,8 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
             final_verdict: "full" (before any attack, relearning, 4-bit) or "none" (the model as it is only).
             spec: VerdictSpec fields (relearning rates and steps, quantisation) to change; the calibrated margins
                 hold only for the defaults.
+            when_missing: "error" (no holdout data is a one-line error) or "skip" (the run goes on, and says what it
+                could not check and how to supply it: the user's own job, where holdout data is optional).
         """
         super().__init__()
         from lit_unlearn.metrics.membership_attacks import ATTACKS
@@ -112,6 +117,10 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
         for name, value in (("delta", delta), ("delta_author", delta_author)):
             if value is not None and value != "self" and not 0 < value <= 0.5:
                 raise UserError(f"HoldoutVerification: {name} must be in (0, 0.5] or 'self', got {value}")
+        if when_missing not in ("error", "skip"):
+            raise UserError(f"HoldoutVerification: when_missing is 'error' or 'skip', got {when_missing!r}")
+        self.when_missing = when_missing
+        self.skipped: str | None = None  # why the verdict does not run in this run (when_missing='skip')
         if steer_on not in ("none", "full") or final_verdict not in ("none", "full"):
             raise UserError(f"HoldoutVerification: steer_on and final_verdict are 'none' or 'full', got {steer_on!r}, "
                             f"{final_verdict!r}")
@@ -163,9 +172,19 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
         self.level = getattr(source, "forget_level", None)
         splits = source.eval_splits()
         if not splits.get("holdout"):
+            if self.when_missing == "skip":
+                self._skip(trainer, NO_HOLDOUT)
+                return
             raise UserError(f"HoldoutVerification needs a holdout split in {getattr(source, 'path', 'the data')}: "
-                            "items of the same kind the model never saw (TOFU: holdout01/05/10; your own data: a "
-                            "`holdout{level}` split file beside the forget split)")
+                            "items of the same kind the model never saw (TOFU: holdout01/05/10; your own data: "
+                            "holdout=FILE)")
+        from lit_unlearn.distributed.sharded_grads import zero_stage
+
+        if zero_stage(trainer.strategy) == 3:
+            self._skip(trainer, "the weights are ZeRO-3 partitioned, and the verdict's relearning attack trains a "
+                                "copy of the whole model: give the verdict on the exported model after the run "
+                                "(`lit-unlearn audit --model RUN/model --forget F --holdout H`)")
+            return
         # Both halves answer in the budget of the whole splits, the TOFU report's: model utility (the stop rule's
         # ratio, the reported ratio, the report's) is then one measure, whichever half's evaluator computed it.
         from lit_unlearn.data.tofu import MAX_LENGTH
@@ -177,7 +196,7 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
         self._format = {"template": self.template or getattr(fmt, "template", "plain"),
                         "max_length": self.max_length or getattr(fmt, "max_length", None) or MAX_LENGTH,
                         "input_format": getattr(fmt, "input_format", "lit-unlearn")}
-        base = self.reference_model
+        base = self.reference_model or getattr(source, "base_model", None)  # OwnData states the job's base model
         if base == "world":
             base = str(Path(getattr(source, "path", "")).parent / "base")
             if not (Path(base) / "config.json").is_file():
@@ -201,6 +220,11 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
             chosen = {side: getattr(self.halves[side], half) for side in ("forget", "holdout")}
             self._splits[half] = {**{side: [splits[side][i] for i in chosen[side]] for side in ("forget", "holdout")},
                                   **{k: splits[k] for k in UTILITY_SPLITS if k in splits}}
+
+    def _skip(self, trainer, why: str) -> None:
+        self.skipped = why
+        if trainer.is_global_zero:
+            say(f"note: no verdict in this run: {why}")
 
     def _authors(self, rows: list[dict], side: str) -> list:
         from lit_unlearn.verification.steering_halves import author_groups
@@ -235,7 +259,7 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
 
     # ----- MetricSource (read by StopAtTarget and, through it, HAMU's quota controller) -------------------------------
     def available(self, metric: str) -> bool:
-        return metric == BAND or metric in UTILITY_METRICS
+        return self.skipped is None and (metric == BAND or metric in UTILITY_METRICS)
 
     def reference_values(self) -> dict[str, float]:
         return {"delta": self.delta, "delta_author": self.delta_author}
@@ -270,7 +294,7 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
                 self._log(trainer, full.scalars("verify/steering/full/"))
         if utility:
             self.utility_looks += 1
-            mu = report.summary.get("model_utility")
+            mu = _utility(report.summary)
             if self.start_utility is None and trainer.global_step == 0:
                 self.start_utility = mu
             values["model_utility"] = mu
@@ -311,6 +335,8 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
     def _holdout_level(self, trainer, pl_module, profile: bool = False) -> dict | None:
         """The freshest holdout NLL and entropy of a look or a measurement; measured (holdout items only: no forget
         item, no attack, no verdict) when the freshest is holdout_every_n_steps steps old or older."""
+        if self.skipped:
+            return None
         fresh = max((x for x in (self.last, self.holdout_level) if x is not None), key=lambda x: x["step"],
                     default=None)
         if trainer is None or pl_module is None:
@@ -339,7 +365,7 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
 
     # ----- the report (reporting half) ---------------------------------------------------------------------------------
     def on_train_start(self, trainer, pl_module) -> None:
-        if trainer.global_step != 0:
+        if trainer.global_step != 0 or self.skipped:
             return
         if self.start_utility is None:  # the target's utility: the ratio's baseline (a look at utility only)
             self.target_values(trainer, pl_module, list(UTILITY_METRICS))
@@ -349,6 +375,11 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
             self.before = self._verdict(report, "reporting").as_dict()
 
     def on_fit_end(self, trainer, pl_module) -> None:
+        if self.skipped:
+            run = as_plug(pl_module, UnlearningRun)
+            if run:
+                run.run_report.notes.append(f"no verdict: {self.skipped}")
+            return
         if self.halves is None:
             return
         import warnings
@@ -363,9 +394,9 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
             say("== the verdict on the reporting half: relearning and 4-bit attacks ==")
             full = self.runner.verdict(pl_module.network, "reporting", reads=reads,
                                        log=lambda line: say(line))
-        mu = report.summary.get("model_utility")
+        mu = _utility(report.summary)
         self.after = {"verdict": verdict.as_dict(), "full": None if full is None else full.as_dict(),
-                      "model_utility": mu,
+                      "model_utility": mu, "utility_from": _utility_label(report.summary),
                       "model_utility_ratio": None if not self.start_utility or mu is None else mu / self.start_utility,
                       "summary": report.summary,
                       # the reporting half's per-item attack scores, in the order of split.{side}.reporting
@@ -408,7 +439,8 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
                 "note": "the model as it is only (no relearning or quantisation of the gold standard here)"}
 
     def result(self, gold: dict | None = None) -> dict:
-        return {"level": self.level, "delta": self.delta, "delta_author": self.delta_author, "alpha": self.alpha,
+        return {"level": self.level, "margins_from": margins_origin(self._source, self.runner),
+                "next_steps": next_steps(self.after), "delta": self.delta, "delta_author": self.delta_author, "alpha": self.alpha,
                 "attacks": self.runner.attacks, "mode": self.runner.mode, "margins": _margins_label(self.runner),
                 "reference_model": self.reference_model, "spec": self.spec.as_dict(), "steer_on": self.steer_on,
                 "looks": self.looks, "utility_looks": self.utility_looks, "look_seconds": self.look_seconds,
@@ -495,11 +527,16 @@ def holdout_table(result: dict) -> str:
               "interval inside 0.5 ± its margin for all forget items together and for each forget author's items"
               + (f" (margins {result.get('margins', 'calibrated')} for forget{result['level']})"
                  if result.get("level") else "") + f". Worst: {after['worst']}.", "", *rows, "",
-              f"- model utility / the target's: {mu:.3f}" if mu is not None else "- model utility: n/a",
+              (f"- model utility / the target's: {mu:.3f}" if mu is not None else "- model utility: n/a")
+              + (f" ({result['after']['utility_from']})" if result["after"].get("utility_from") else ""),
               f"- looks at the steering half during the run: {result['looks']} ({result.get('look_seconds', 0):.0f} s; "
               f"they read {result.get('steer_on', 'none')}; model utility read {result['utility_looks']} times, on "
               "the same items as reported)",
               *[f"- {note}" for note in after["pooled"].get("notes", [])]]
+    if result.get("margins_from"):
+        lines.append(f"- margins: {result['margins_from']}")
+    for step in result.get("next_steps") or []:
+        lines.append(f"- next: {step}")
     if gold:
         lines.append(f"- gold standard: the retain-only model ({result['gold_standard']['path']}), "
                      f"{'passes' if gold['passed'] else 'fails'} on the same half before any attack; no decision "
@@ -596,3 +633,70 @@ def _token_profile(stats) -> dict[str, list[float]]:
     z = [standardised_logprob(st.logp.double(), st.mu.double(), st.var.double()) for st in stats]
     return {"surprisal": barycenter_grid(surprisal), "z": barycenter_grid(z),
             "surprisal_pooled": quantile_grid(torch.cat(surprisal)), "z_pooled": quantile_grid(torch.cat(z))}
+
+
+def margins_origin(source, runner) -> str:
+    """Where the verdict's margins come from, in words: they are a calibration recipe's, not the user's model's."""
+    if runner is None:
+        return ""
+    label = _margins_label(runner)
+    if label == "given":
+        return "given in the config (delta, delta_author)"
+    if label == "self":
+        return "the model's own holdout items (two sets of holdout groups against each other)"
+    from lit_unlearn.data.own_data import LEVEL_ITEMS
+
+    n = len(runner.groups["forget"])
+    groups = len(set(runner.groups["forget"]))
+    level = runner.level
+    own = type(source).__name__ == "OwnData"
+    where = (f"calibrated on never-trained tiny Llama models of the TOFU world at forget{level} "
+             f"({LEVEL_ITEMS.get(level, '?')} items, {LEVEL_ITEMS.get(level, 0) // 20} authors)")
+    if own:
+        where += (f", the level nearest your forget set ({n} items, {groups} groups): they are that recipe's margins, "
+                  "not measured on your model; a model far from it (another size, schedule or data) may pass or fail "
+                  "them by more than their calibration shows")
+    return where
+
+
+# What the bench measured (docs/findings/bench.md, docs/findings/hamu.md), by the part of the verdict that failed.
+NEXT_STEPS = {
+    "before": "the attacks still tell the forget items from holdout items on the model as it is: unlearn longer or "
+              "with a larger quota/learning rate, and read the stop rule's looks in TensorBoard (verify/steering/*)",
+    "relearning": "relearning brings the forget set back (every method on the bench failed here): HAMU over "
+                  "HoldoutMatch's objective (--method hamu_holdout_match) resisted it best there (band ratio "
+                  "1.00-1.06 at forget01 against 1.42-1.61), at 0.87-0.89 x utility",
+    "quantisation": "4-bit rounding brings the forget set back: the update is smaller than the rounding step; "
+                    "unlearn with a larger step, or check the model you ship at the precision you ship it",
+}
+
+
+def next_steps(after: dict | None) -> list[str]:
+    """What to try when the verdict says "not forgotten", from the parts that failed."""
+    if not after:
+        return []
+    full = after.get("full")
+    if full is None:
+        return [] if after["verdict"]["passed"] else [NEXT_STEPS["before"]]
+    out = []
+    for name, part in (full.get("parts") or {}).items():
+        if part is not None and not part["passed"] and name in NEXT_STEPS:  # the full verdict's PARTS
+            out.append(NEXT_STEPS[name])
+    return out
+
+
+def _utility(summary: dict) -> float | None:
+    """TOFU's model utility, or on data without its general-knowledge sets the harmonic mean of the utility numbers
+    there are (lit_unlearn.metrics.tofu.formulas.utility_of)."""
+    from lit_unlearn.metrics.tofu.formulas import utility_of
+
+    return utility_of(summary)[0]
+
+
+def _utility_label(summary: dict) -> str | None:
+    from lit_unlearn.metrics.tofu.formulas import MODEL_UTILITY_KEYS, utility_of
+
+    keys = utility_of(summary)[1]
+    if not keys or len(keys) == len(MODEL_UTILITY_KEYS):
+        return None
+    return f"the harmonic mean of {', '.join(keys)}: the data has no other utility sets"

@@ -13,7 +13,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_info
+from lit_unlearn.core.console import say
 
 from lit_unlearn.core.errors import UserError
 from lit_unlearn.core.plug_points import UpdateGuarded, require
@@ -72,8 +72,8 @@ class KappaEarlyStopping(Callback):
             return True
         if self.would_stop_step is None:
             self.would_stop_step = applied
-            if self.verbose:
-                rank_zero_info(f"KappaEarlyStopping: conflict irreconcilable ({self.criterion}, {self.mode}) for "
+            if self.verbose:  # a decision about the run, not library noise: shown without --verbose
+                say(f"KappaEarlyStopping: conflict irreconcilable ({self.criterion}, {self.mode}) for "
                                f"{self.wait} step(s) after {applied} updates"
                                + (" (monitor only, continuing)" if self.monitor_only else "; stopping"))
         if self.monitor_only:

@@ -30,7 +30,7 @@ __all__ = ["StopAtTarget"]
 
 class StopAtTarget(Callback, ForgetLossGoal, StopTargets):
     def __init__(self, target: str, every_n_steps: int = 5, patience: int = 0, min_steps: int = 0,
-                 verbose: bool = True, lazy: bool | None = None) -> None:
+                 verbose: bool = True, lazy: bool | None = None, when_unmeasured: str = "error") -> None:
         """
         Args:
             target: one line, e.g. "forget_vs_retrain_auc <= 0.6", "ua within 0.05 of retrain",
@@ -43,6 +43,8 @@ class StopAtTarget(Callback, ForgetLossGoal, StopTargets):
                 "not evaluated": they count neither as met nor in the distance). None: lazy for TOFU targets,
                 whose parts cost very differently (forget quality scores one split; model utility generates
                 answers for three), eager for classifier targets (one pass measures them all).
+            when_unmeasured: "error" (a target no callback of the run measures is a one-line error) or "skip" (the
+                run says so and goes on to its step budget: the own-data job without holdout data, or under ZeRO).
         """
         super().__init__()
         self.targets = parse_targets(target)
@@ -52,6 +54,10 @@ class StopAtTarget(Callback, ForgetLossGoal, StopTargets):
         if patience < 0 or min_steps < 0:
             raise UserError(f"StopAtTarget: patience and min_steps must be ≥ 0, got {patience}, {min_steps}")
         self.every_n_steps, self.patience, self.min_steps, self.verbose = every_n_steps, patience, min_steps, verbose
+        if when_unmeasured not in ("error", "skip"):
+            raise UserError(f"StopAtTarget: when_unmeasured is 'error' or 'skip', got {when_unmeasured!r}")
+        self.when_unmeasured = when_unmeasured
+        self.skipped: str | None = None
         self.lazy = lazy
         self.source = None
         self.history: list[dict[str, float]] = []  # {step, value, distance, met}
@@ -82,6 +88,8 @@ class StopAtTarget(Callback, ForgetLossGoal, StopTargets):
         from lit_unlearn.distributed.sharded_grads import zero_stage
 
         if zero_stage(trainer.strategy):
+            if self._skip(trainer, "DeepSpeed ZeRO partitions the weights it would keep"):
+                return
             raise UserError("StopAtTarget keeps the closest weights as a copy of the module's parameters, which "
                             "DeepSpeed ZeRO partitions (and keeps a separate fp32 master copy of): not supported yet. "
                             "Run the target stop with one process, DDP or LoRA + DDP")
@@ -94,6 +102,8 @@ class StopAtTarget(Callback, ForgetLossGoal, StopTargets):
         special = sorted({t.info.source for t in self.targets if t.info.source})
         if usable:
             self.source = usable[0]
+        elif self._skip(trainer, "no callback of this run measures " + ", ".join(dict.fromkeys(metrics))):
+            return
         elif special:
             raise UserError(f"target {self.text!r} is measured by {' and '.join(special)}: add it to trainer.callbacks")
         elif needs_reference:
@@ -109,6 +119,15 @@ class StopAtTarget(Callback, ForgetLossGoal, StopTargets):
         else:
             raise UserError(f"target {self.text!r} is a TOFU metric: add lit_unlearn.callbacks.TofuEvaluation "
                             "to trainer.callbacks")
+
+    def _skip(self, trainer, why: str) -> bool:
+        """With when_unmeasured='skip': note why the target cannot be evaluated and switch the callback off."""
+        if self.when_unmeasured != "skip":
+            return False
+        self.skipped = why
+        if trainer.is_global_zero:
+            say(f"note: StopAtTarget {self.text!r} is off in this run ({why}); the run goes to its step budget")
+        return True
 
     # ----- evaluation --------------------------------------------------------------------------------------------------
     def _values(self, trainer, pl_module) -> dict[str, float]:
@@ -181,7 +200,7 @@ class StopAtTarget(Callback, ForgetLossGoal, StopTargets):
             self.best_weights = _snapshot(pl_module.network)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if self.history or trainer.global_step != 0:
+        if self.skipped or self.history or trainer.global_step != 0:
             return
         row = self.evaluate(trainer, pl_module)
         if row["met"]:
@@ -191,7 +210,7 @@ class StopAtTarget(Callback, ForgetLossGoal, StopTargets):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        if step % self.every_n_steps or (self.history and self.history[-1]["step"] == step):
+        if self.skipped or step % self.every_n_steps or (self.history and self.history[-1]["step"] == step):
             return
         row = self.evaluate(trainer, pl_module)
         self._consider(row, pl_module)

@@ -31,6 +31,8 @@ _WHERE = {
     "QAFinetuneDataModule": "lit_unlearn.data.tofu",
     "QAFormatter": "lit_unlearn.data.qa_format",
     "TofuDataModule": "lit_unlearn.data.tofu",
+    "QADataModule": "lit_unlearn.data.tofu",
+    "OwnData": "lit_unlearn.data.own_data",
     "TofuSource": "lit_unlearn.data.tofu_source",
     "TokenizedQA": "lit_unlearn.data.qa_format",
     "WaterDrumSource": "lit_unlearn.data.tofu_source",

@@ -6,6 +6,9 @@ and appends EOS, so the answer tokens never depend on the prompt; `input_format=
 prompt + answer as one string with open-unlearning's template tags (plain: "Question: …\nAnswer: …", llama2:
 "[INST] … [/INST]…" with no space before the answer), as its published numbers were produced (docs/llm.md,
 "Differences").
+
+A row with an empty question is a plain document (lit_unlearn.data.own_data's "text" format): no template, BOS then
+the text then EOS, and every token is trained and scored.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ class QAFormatter:
 
     def prompt_ids(self, question: str) -> list[int]:
         tok = self.tokenizer
+        if not question:  # a plain document: nothing but BOS before its text
+            return [tok.bos_token_id] if tok.bos_token_id is not None else []
         if self.input_format == "open-unlearning":
             return self._open_unlearning(question, None)[1]
         ids = tok(self.prompt(question), add_special_tokens=False)["input_ids"]
@@ -86,7 +91,7 @@ class QAFormatter:
     def encode(self, question: str, answer: str) -> dict[str, Tensor]:
         """input_ids = prompt + " answer" + eos; labels = IGNORE_INDEX on the prompt (loss on the answer only)."""
         tok = self.tokenizer
-        if self.input_format == "open-unlearning":
+        if self.input_format == "open-unlearning" and question:
             ids, prompt = self._open_unlearning(question, answer)
             if tok.eos_token_id is not None and ids[-1] != tok.eos_token_id:
                 ids = ids + [tok.eos_token_id]
@@ -95,7 +100,7 @@ class QAFormatter:
             labels = [IGNORE_INDEX] * len(prompt) + ids[len(prompt):]
             return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels)}
         prompt = self.prompt_ids(question)
-        answer_ids = tok(" " + answer.strip(), add_special_tokens=False)["input_ids"]
+        answer_ids = tok((" " if question else "") + answer.strip(), add_special_tokens=False)["input_ids"]
         if tok.eos_token_id is not None:
             answer_ids = answer_ids + [tok.eos_token_id]
         ids = prompt + answer_ids

@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lit_unlearn.data.datamodules import PairedDataModule
+from lit_unlearn.data.own_data import OwnData
 from lit_unlearn.data.qa_format import (  # noqa: F401  (re-exported: the TOFU names in one place)
     INPUT_FORMATS,
     MAX_LENGTH,
@@ -37,7 +38,7 @@ from lit_unlearn.data.tofu_source import (  # noqa: F401
 from lit_unlearn.core.errors import UserError
 from lit_unlearn.core.plug_points import DataFromSource, QAFormatted
 
-__all__ = ["TofuSource", "WaterDrumSource", "QAFormatter", "TokenizedQA", "pad_collate", "TofuDataModule",
+__all__ = ["TofuSource", "WaterDrumSource", "QAFormatter", "TokenizedQA", "pad_collate", "TofuDataModule", "QADataModule",
            "FORGET_SPLITS", "QAFinetuneDataModule", "INPUT_FORMATS"]
 
 
@@ -89,6 +90,31 @@ class TofuDataModule(PairedDataModule, DataFromSource, QAFormatted):
 
             evals = {k: Subset(v, range(min(self.eval_items, len(v)))) for k, v in evals.items()}
         return retain, forget, evals
+
+
+class QADataModule(TofuDataModule):
+    """(retain, forget) batches of your own data: an `OwnData` source (lit_unlearn.data.own_data: QA pairs with any
+    column names, chat messages or plain documents, under any file names), or any source with `forget_retain()` and
+    `eval_splits()`. The same batches, evaluation sets and resume behaviour as TofuDataModule."""
+
+    def __init__(self, source: OwnData | TofuSource | None, tokenizer: Any, template: str = "plain",
+                 max_length: int = MAX_LENGTH, retain_batch_size: int = 32, forget_batch_size: int = 32, eval_batch_size: int = 64, seed: int = 0,
+                 num_workers: int = 0, alternate_answers: str | None = None, input_format: str = "lit-unlearn",
+                 eval_items: int | None = 200) -> None:
+        """
+        Args:
+            source: OwnData (forget, retain, holdout, evaluation files; format and column map).
+            tokenizer: a `transformers` tokenizer or its folder / hub name (usually the model's folder).
+            template: "plain" ("Question: …\nAnswer: …"), "llama2" ([INST] … [/INST]) or "chat" (the tokenizer's
+                chat template).
+            retain_batch_size: the global retain batch per step, split over every GPU of every node.
+            forget_batch_size: the global forget batch per step.
+            eval_items: the before/after loss table reads the first N items of each side (None: all).
+        """
+        if source is None:
+            raise UserError("QADataModule needs a source: OwnData(forget=..., retain=...)")
+        super().__init__(source, tokenizer, template, max_length, retain_batch_size, forget_batch_size,
+                         eval_batch_size, seed, num_workers, alternate_answers, input_format, eval_items)
 
 
 class QAFinetuneDataModule(pl.LightningDataModule):

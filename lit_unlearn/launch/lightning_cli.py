@@ -55,6 +55,12 @@ class UnlearnCLI(LightningCLI):
             raise
 
     def before_instantiate_classes(self) -> None:
+        if self._standalone:  # before any weights load or folder is made (lit_unlearn.launch.preflight)
+            from lit_unlearn.core.console import say
+            from lit_unlearn.launch.preflight import preflight
+
+            for note in preflight(namespace_to_dict(self.config)):
+                say(f"note: {note}")
         if self._manage_runs:
             from lit_unlearn.launch.cluster import assign_run_folder
 

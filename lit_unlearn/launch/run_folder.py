@@ -184,11 +184,11 @@ def _resumable(root: Path, fp: str) -> tuple[list[Path], list[tuple[Path, dict]]
 def _checkpoint_identity(path: Path) -> dict | None:
     if path.is_dir():
         return None  # a sharded checkpoint: its identity lives in the rank files; not checked
-    try:
-        import torch
+    from lit_unlearn.storage.safe_load import load_checkpoint
 
-        blob = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except Exception:  # noqa: BLE001 - an unreadable file is reported by the loader itself
+    try:
+        blob = load_checkpoint(path, mmap=True)
+    except Exception:  # noqa: BLE001 - an unreadable or refused file is reported by the loader that resumes from it
         return None
     return blob.get("run_identity") if isinstance(blob, dict) else None
 
@@ -234,6 +234,9 @@ def prepare_run(root: str | Path, identity: dict[str, Any], ckpt_path: str | Non
         if not checkpoint_is_loadable(path):
             raise UserError(f"--ckpt_path {ckpt_path}: the checkpoint is damaged (cut-short write); use "
                             "--ckpt_path last to resume from the newest intact one")
+        from lit_unlearn.storage.safe_load import check_checkpoint
+
+        check_checkpoint(path)  # a file the user names is vetted before anything is built or claimed
         owner = _checkpoint_identity(path)
         if owner and owner.get("fingerprint") not in (None, fp):
             diff = "; ".join(diff_identity(owner.get("identity") or {}, identity)) or "another configuration"

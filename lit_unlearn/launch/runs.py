@@ -178,13 +178,13 @@ def fit_run(launched: Launched) -> Launched:
     trainer, run = launched.trainer, launched.run
     if run is None:
         prepare_references(trainer, launched.model, launched.datamodule)
-        trainer.fit(launched.model, launched.datamodule, ckpt_path=launched.ckpt_path)
+        _fit(trainer, launched, launched.ckpt_path)
         return launched
     for note in run.notes:
         say(note)
     try:
         prepare_references(trainer, launched.model, launched.datamodule)
-        trainer.fit(launched.model, launched.datamodule, ckpt_path=run.resume_from)
+        _fit(trainer, launched, run.resume_from)
     except SystemExit as stop:  # a pre-emption signal, SIGTERM (Lightning) or Ctrl+C (Lightning exits with 1)
         signum = _stop_signal(stop)
         name = signal.Signals(signum).name
@@ -227,6 +227,19 @@ def fit_run(launched: Launched) -> Launched:
     return launched
 
 
+def _fit(trainer, launched: Launched, ckpt_path: str | None) -> None:
+    """trainer.fit, resuming only from a checkpoint that unpickles without running code
+    (lit_unlearn.storage.safe_load): vetted here, then loaded by Lightning (or DeepSpeed) under the same allow-list."""
+    import torch
+
+    from lit_unlearn.storage.safe_load import allowed_globals, check_checkpoint, trusted
+
+    if ckpt_path and Path(ckpt_path).exists():
+        check_checkpoint(ckpt_path)
+    with torch.serialization.safe_globals(list(allowed_globals())):
+        trainer.fit(launched.model, launched.datamodule, ckpt_path=ckpt_path, weights_only=not trusted())
+
+
 def _export_final_model(launched: Launched) -> Path | None:
     """An LLM unlearning run's final weights (after any stop rule restored the ones it chose) as a Hugging Face
     folder in its run folder (lit_unlearn.models.hf_export), written by rank zero."""
@@ -238,15 +251,11 @@ def _export_final_model(launched: Launched) -> Path | None:
     tokenizer = getattr(launched.datamodule, "tokenizer", None)
     if not isinstance(module, UnlearningModule) or not hasattr(network, "save_pretrained") or tokenizer is None:
         return None
-    from lit_unlearn.distributed.sharded_grads import zero3_partitioned
+    from lit_unlearn.distributed.gathered_weights import gathered_weights
 
-    if zero3_partitioned(network):
-        from lit_unlearn.core.console import say
-
-        say("final model not exported: the weights are ZeRO-3 partitioned; the checkpoint holds them")
-        return None
-    if launched.trainer.is_global_zero:
-        export_hf(network, tokenizer, run.path / HF_FOLDER)
+    with gathered_weights(network):  # ZeRO-3 partitions: gathered on every rank (collective); rank zero writes
+        if launched.trainer.is_global_zero:
+            export_hf(network, tokenizer, run.path / HF_FOLDER)
     return run.path / HF_FOLDER
 
 # ----- retrained references: runs of their own, before the run that needs them ----------------------------------------
@@ -319,10 +328,11 @@ def _newest_finite_checkpoint(folder: Path) -> Path | None:
 
     from lit_unlearn.launch.run_folder import checkpoint_candidates
     from lit_unlearn.storage.checkpoint_io import checkpoint_is_loadable
+    from lit_unlearn.storage.safe_load import load_checkpoint
 
     for path in checkpoint_candidates(folder):
         if path.is_file() and checkpoint_is_loadable(path):
-            state = torch.load(path, map_location="cpu", weights_only=False).get("state_dict", {})
+            state = load_checkpoint(path, mmap=True).get("state_dict", {})
             if all(torch.isfinite(v).all() for v in state.values() if torch.is_tensor(v) and v.is_floating_point()):
                 return path
     return None

@@ -59,13 +59,23 @@ class CausalLM(nn.Module):
         if name_or_path is not None:
             from lit_unlearn.core.hub import hub_error, is_hub_name, resolve_pretrained
 
+            from lit_unlearn.storage.safe_load import trusted
+
             name_or_path = resolve_pretrained(name_or_path, "model")
+            # safetensors only (no pickle), no Python from the model folder; pickled weights behind the opt-in
+            kwargs.update(trust_remote_code=False, use_safetensors=None if trusted() else True)
             try:
-                self.model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=DTYPES[dtype], **kwargs)
+                self.model, info = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=DTYPES[dtype],
+                                                                        output_loading_info=True, **kwargs)
             except OSError as err:
                 if is_hub_name(name_or_path):
                     raise hub_error("model", name_or_path, err) from err
                 raise
+            if info.get("missing_keys") or info.get("mismatched_keys"):  # weights of another architecture
+                bad = list(info.get("missing_keys") or []) + [k[0] for k in info.get("mismatched_keys") or []]
+                raise UserError(f"model {name_or_path}: its weights do not fit its config.json "
+                                f"({len(bad)} weights missing or of another shape, e.g. {bad[0]}); the folder "
+                                "mixes two models")
         else:
             cfg = dict(config)
             hf_config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)

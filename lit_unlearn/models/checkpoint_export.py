@@ -65,10 +65,15 @@ def checkpoint_tensors(path: str | Path) -> tuple[Iterator[tuple[str, Any]], dic
             raise UserError(f"{path} is a folder but not a DeepSpeed checkpoint (no `latest` tag or rank files)")
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
+        from lit_unlearn.storage.safe_load import check_checkpoint
+
+        check_checkpoint(path)  # DeepSpeed unpickles its shards unrestricted: vet them first
         lazy = get_fp32_state_dict_from_zero_checkpoint(str(path), lazy_mode=True)
         extra = _deepspeed_client_state(path)
         return iter(lazy.items()), extra  # materialised one at a time by the writer (`.contiguous()`)
-    blob = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    from lit_unlearn.storage.safe_load import load_checkpoint
+
+    blob = load_checkpoint(path, mmap=True)
     if not isinstance(blob, dict) or "state_dict" not in blob:
         raise UserError(f"{path} is not a Lightning checkpoint (no state_dict)")
     extra = {k: v for k, v in blob.items() if k not in ("state_dict", "optimizer_states")}
@@ -77,12 +82,12 @@ def checkpoint_tensors(path: str | Path) -> tuple[Iterator[tuple[str, Any]], dic
 
 def _deepspeed_client_state(folder: Path) -> dict:
     """The Lightning state a DeepSpeed checkpoint keeps beside the shards (hyper-parameters, network_spec)."""
-    import torch
+    from lit_unlearn.storage.safe_load import load_checkpoint
 
     files = sorted(folder.glob("*/*model_states.pt"))
     if not files:
         return {}
-    state = torch.load(files[0], map_location="cpu", weights_only=False)
+    state = load_checkpoint(files[0])
     return {k: v for k, v in state.items() if k not in ("module", "optimizer", "lr_scheduler")}
 
 

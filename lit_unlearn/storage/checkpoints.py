@@ -24,8 +24,10 @@ def load_network_weights(network: nn.Module, path: str, prefix: str = "network."
     if file.is_dir():
         raise UserError(f"target checkpoint {file} is a folder (a sharded DeepSpeed checkpoint?): give its .ckpt "
                         "file, or consolidate it first (`lit-unlearn export`)")
+    from lit_unlearn.storage.safe_load import load_checkpoint
+
     try:
-        blob = torch.load(file, map_location="cpu", weights_only=True)
+        blob = load_checkpoint(file)
     except (RuntimeError, EOFError, OSError) as err:  # truncated zip, not a torch file, unreadable
         reason = str(err).split(".")[0].strip()
         raise UserError(f"target checkpoint {file} cannot be read ({reason}): it is truncated or not a checkpoint; "

@@ -8,6 +8,7 @@ installed), laid out by kind, then by model and task within a kind:
     configs/experiment/NAME.yaml           `lit-unlearn experiment --preset NAME`
     configs/audit/NAME.yaml                `lit-unlearn audit --preset NAME`
     configs/distill/NAME.yaml              the distillation stage: `lit-unlearn unlearn|tofu-demo --distill NAME`
+    configs/setup/setup_NAME.yaml          hardware settings: `lit-unlearn unlearn ... --setup NAME`
 
 A config is named by its file name alone (names are unique across the tree), and a command accepts only the
 kinds it runs. Only the standard library is imported here: the command line's help reads it.
@@ -32,6 +33,7 @@ KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "experiment": ("an experiment suite", ("experiment",)),
     "audit": ("the attacks of an audit", ("audit",)),
     "distill": ("the distillation stage after unlearning", ("unlearn", "tofu-demo")),
+    "setup": ("hardware settings added after a preset (`--setup NAME`)", ()),
 }
 
 

@@ -51,9 +51,9 @@ class TrainingRecipe:
     @classmethod
     def from_checkpoint(cls, path: str | Path) -> TrainingRecipe | None:
         """The recipe a `lit-unlearn pretrain` checkpoint recorded (None for plain state-dict files)."""
-        import torch
+        from lit_unlearn.storage.safe_load import load_checkpoint
 
-        blob = torch.load(Path(path).expanduser(), map_location="cpu", weights_only=False)
+        blob = load_checkpoint(Path(path).expanduser(), mmap=True)
         recipe = blob.get("training_recipe") if isinstance(blob, dict) else None
         return cls.from_mapping(recipe) if recipe else None
 

@@ -24,6 +24,7 @@ __all__ = [
     "forget_quality",
     "model_utility",
     "MODEL_UTILITY_KEYS",
+    "utility_of",
     "rouge_l_scorer",
     "rouge_l_recall",
     "min_k_score",
@@ -75,6 +76,17 @@ def forget_quality(tr_unlearned: Sequence[float], tr_retrained: Sequence[float])
     if len(tr_unlearned) == 0 or len(tr_retrained) == 0:
         raise ValueError("forget quality needs per-item truth ratios of both the unlearned and the retrained model")
     return float(scipy.stats.ks_2samp(np.asarray(tr_unlearned), np.asarray(tr_retrained)).pvalue)
+
+
+def utility_of(values: Mapping[str, float]) -> tuple[float | None, tuple[str, ...]]:
+    """(utility, the numbers it is the harmonic mean of): TOFU's model utility where all nine numbers are there;
+    otherwise the harmonic mean of those present (your own data: the retain set's probability and ROUGE-L, and its
+    truth ratio when it has perturbed answers)."""
+    present = tuple(k for k in MODEL_UTILITY_KEYS if values.get(k) is not None)
+    if not present:
+        return None, ()
+    vals = [float(values[k]) for k in present]
+    return (0.0 if any(v <= 0 for v in vals) else float(scipy.stats.hmean(vals))), present
 
 
 def model_utility(values: Mapping[str, float]) -> float:

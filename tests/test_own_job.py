@@ -1,0 +1,233 @@
+"""The user's own job, end to end, as the README states it: a Hugging Face model folder written by transformers at
+test time, and forget / retain / holdout files with the user's names and columns (tests/own_job_files.py).
+
+- The README's own-data commands (read from the README, so they cannot drift) run HAMU and OFMU and give the verdict,
+  a Hugging Face folder that plain transformers loads with the run's final weights, and TensorBoard logs.
+- Chat messages and plain documents go through the same command.
+- A SIGTERM mid-run, then the resume command the run prints (the README's: the command plus --ckpt_path last),
+  ends on the weights of an uninterrupted run.
+- A run's config from `--print_config` is a plain LightningCLI config that runs as `--config`.
+Runs are called in this process except where the process is the point (a signal, its exit code)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO, shared_folder
+from helpers import cli_here, cli_process
+from own_job_files import COLUMNS, write_data, write_model
+
+pytestmark = pytest.mark.slow
+# Test-size runs: the README's commands plus fewer steps and smaller batches (the commands themselves are unchanged).
+QUICK = ["--trainer.max_steps=4", "--data.init_args.retain_batch_size=8", "--data.init_args.forget_batch_size=8",
+         "--trainer.enable_progress_bar=false"]
+
+
+def readme_commands() -> list[list[str]]:
+    """The `lit-unlearn unlearn` commands of the README's own-job block, as argument lists."""
+    text = (REPO / "README.md").read_text()
+    block = text.split("<!-- own-job:begin -->", 1)[1].split("<!-- own-job:end -->", 1)[0]
+    joined = block.replace("\\\n", " ")
+    return [shlex.split(line)[1:] for line in joined.splitlines() if line.strip().startswith("lit-unlearn unlearn")]
+
+
+def readme_files(command: list[str]) -> dict[str, str]:
+    """{role: path} the command names (--forget, --retain, --holdout), and --model_dir."""
+    out = {}
+    for i, arg in enumerate(command):
+        if arg in ("--forget", "--retain", "--holdout", "--model_dir"):
+            out[arg[2:]] = command[i + 1]
+    return out
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """A folder laid out as the README's commands expect: the model folder and the data files they name (QA pairs
+    with the README's column names), plus chat and plain-text variants."""
+    from filelock import FileLock
+
+    folder = shared_folder(tmp_path_factory, "own_job")
+    with FileLock(str(folder / ".lock")):
+        files = readme_files(readme_commands()[0])
+        if not (folder / files["model_dir"] / "model.safetensors").is_file():
+            write_model(folder / files["model_dir"])
+            assert COLUMNS == {"question": "prompt", "answer": "completion"}  # the README's --columns
+            write_data(folder, "qa", {r: files[r] for r in ("forget", "retain", "holdout")})
+            write_data(folder / "chat", "chat")
+            write_data(folder / "text", "text")
+    return folder
+
+
+def finished_run(out: Path, method: str) -> dict:
+    runs = [json.loads(p.read_text()) for p in sorted((out / method).glob("version_*/run.json"))]
+    finished = [r for r in runs if r["status"] == "finished"]
+    assert finished, runs
+    return finished[-1]
+
+
+def network_state(ckpt: str) -> dict:
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    return {k.removeprefix("network.model."): v for k, v in state.items() if k.startswith("network.model.")}
+
+
+def test_the_readme_commands_run_hamu_and_ofmu_to_a_verdict_a_hf_folder_and_tensorboard(job, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from transformers import AutoModelForCausalLM
+
+    commands = readme_commands()
+    methods = [c[c.index("--method") + 1] for c in commands]
+    assert methods == ["hamu", "ofmu"]
+    for command, method in zip(commands, methods):
+        extra = ["--model.init_args.inner_steps=2"] if method == "ofmu" else []
+        proc = cli_here([*command, *QUICK, *extra], job, check=True)
+        assert "Reference-free verification:" in proc.stdout and "- margins: calibrated" in proc.stdout
+        out = job / command[command.index("--out") + 1]
+        run = finished_run(out, method)
+        folder = Path(run["final_model"])
+        verdict = json.loads((folder.parent / "holdout_verification.json").read_text())
+        assert verdict["after"]["full"]["parts"]["relearning"] is not None  # the full verdict, relearning included
+        assert "not measured on your model" in verdict["margins_from"]
+        hf = AutoModelForCausalLM.from_pretrained(folder)  # plain transformers, nothing of lit-unlearn
+        final = network_state(run["final_checkpoint"])
+        mine = hf.state_dict()
+        assert set(final) <= set(mine) and all(torch.equal(final[k], mine[k]) for k in final)
+        events = EventAccumulator(str(folder.parent)).Reload()
+        assert any(t.startswith("verify/") for t in events.Tags()["scalars"])
+
+
+@pytest.mark.parametrize("style, options", [("chat", ["--data-format", "chat"]),
+                                            ("text", ["--data-format", "text", "--columns", "text=body"])])
+def test_chat_messages_and_plain_documents_take_the_same_command(job, style, options):
+    """Without --holdout the run says what it could not check and how to supply it, and still finishes."""
+    data = job / style
+    proc = cli_here(["unlearn", "--model_dir", str(job / "my-model"), "--forget", str(data / "to_forget.jsonl"),
+                     "--retain", str(data / "keep.jsonl"), *options, "--method", "graddiff", "--out",
+                     str(job / f"runs_{style}"), "--trainer.max_steps=2", *QUICK[1:]], job, check=True)
+    assert "no holdout data was given" in proc.stdout and "give holdout=FILE" in proc.stdout
+    run = finished_run(job / f"runs_{style}", "graddiff")
+    assert Path(run["final_model"], "model.safetensors").is_file()
+
+
+def test_sigterm_mid_run_then_the_printed_resume_command_ends_on_the_uninterrupted_weights(job, subprocess_env,
+                                                                                           prefork, tmp_path):
+    base = ["unlearn", "--model_dir", str(job / "my-model"), "--forget", str(job / "data/forget.jsonl"), "--retain",
+            str(job / "data/retain.jsonl"), "--columns", "question=prompt,answer=completion", "--method", "graddiff",
+            "--trainer.max_steps=6", *QUICK[1:]]
+    straight = cli_here([*base, "--out", str(tmp_path / "straight")], tmp_path, check=True)
+    assert straight.returncode == 0
+    interrupted = [*base, "--out", str(tmp_path / "cut"), "--trainer.callbacks+=signal_injector.SignalAt",
+                   "--trainer.callbacks.step=3", "--trainer.callbacks.signal_name=TERM"]
+    killed = cli_process(interrupted, tmp_path, subprocess_env, check=False, prefork=prefork)
+    assert killed.returncode == 128 + signal.SIGTERM, killed.stderr[-3000:]
+    hint = re.search(r"resume with: lit-unlearn (.*)$", killed.stdout, re.M)
+    assert hint and hint.group(1).endswith("--ckpt_path last"), killed.stdout[-2000:]
+    assert "--ckpt_path last" in (REPO / "README.md").read_text()  # what the README tells a user to add
+    resumed = cli_process(shlex.split(hint.group(1)), tmp_path, subprocess_env, prefork=prefork)
+    assert "resum" in resumed.stdout.lower()
+    a = network_state(finished_run(tmp_path / "straight", "graddiff")["final_checkpoint"])
+    b = network_state(finished_run(tmp_path / "cut", "graddiff")["final_checkpoint"])
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_print_config_gives_a_plain_config_that_runs_as_the_same_job(job, tmp_path):
+    command = readme_commands()[0]
+    printed = cli_here([*command, "--print_config"], job, check=True).stdout
+    import yaml
+
+    config = yaml.safe_load(printed)
+    assert config["data"]["init_args"]["source"]["class_path"] == "lit_unlearn.data.OwnData"
+    assert config["data"]["init_args"]["source"]["init_args"]["columns"] == COLUMNS
+    assert config["model"]["class_path"] == "lit_unlearn.modules.HAMUModule"
+    (tmp_path / "my_job.yaml").write_text(printed)
+    proc = cli_here(["unlearn", "--config", str(tmp_path / "my_job.yaml"), "--trainer.max_steps=1",
+                     "--print_config"], job, check=True)
+    assert yaml.safe_load(proc.stdout)["data"] == config["data"]
+
+
+# ----- bad input: one line, exit code 2, nothing left on disk ---------------------------------------------------------
+def _own(job, out, **files):
+    """The short form on the job's QA files, with any role's file replaced."""
+    roles = {"forget": job / "data/forget.jsonl", "retain": job / "data/retain.jsonl",
+             "holdout": job / "data/holdout.jsonl", "model_dir": job / "my-model", **files}
+    return ["unlearn", *[a for k, v in roles.items() for a in (f"--{k}", str(v))], "--columns",
+            "question=prompt,answer=completion", "--out", str(out)]
+
+
+def _bad_inputs(job, tmp: Path) -> dict[str, tuple[list[str], str]]:
+    """{case: (arguments, what the one line must say)}."""
+    import shutil
+
+    good = [json.loads(line) for line in (job / "data/forget.jsonl").read_text().splitlines()]
+    (tmp / "empty.jsonl").write_text("")
+    (tmp / "broken.jsonl").write_text(json.dumps(good[0]) + "\n{not json\n")
+    mixed = [dict(r) for r in good]
+    mixed[3]["completion"] = 42
+    (tmp / "mixed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed))
+    retain = (job / "data/retain.jsonl").read_text().splitlines()
+    (tmp / "overlap.jsonl").write_text("\n".join(retain + [json.dumps({"prompt": good[5]["prompt"].upper(),
+                                                                        "completion": good[5]["completion"]})]) + "\n")
+    (tmp / "empty_model").mkdir()
+    shutil.copytree(job / "my-model", tmp / "no_tokenizer")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp / "no_tokenizer" / name).unlink()
+    shutil.copytree(job / "my-model", tmp / "t5")
+    config = json.loads((tmp / "t5/config.json").read_text())
+    (tmp / "t5/config.json").write_text(json.dumps({**config, "model_type": "t5"}))  # an encoder-decoder
+    (tmp / "a_file").write_text("")
+    out = tmp / "runs"
+    return {
+        "missing file": (_own(job, out, forget=tmp / "nope.jsonl"), "nope.jsonl not found"),
+        "empty file": (_own(job, out, retain=tmp / "empty.jsonl"), "holds no records"),
+        "unparseable file": (_own(job, out, holdout=tmp / "broken.jsonl"), "line 2 is not valid JSON"),
+        "missing column": (_own(job, out)[:-4] + ["--columns", "question=query,answer=completion", "--out", str(out)],
+                           "has no column 'query'"),
+        "mixed types": (_own(job, out, forget=tmp / "mixed.jsonl"), "record 3 is a int"),
+        "forget/retain overlap": (_own(job, out, retain=tmp / "overlap.jsonl"), "1 forget item(s) also stand in the "
+                                                                               "retain set (0 exact, 1 equal after"),
+        "empty model folder": (_own(job, out, model_dir=tmp / "empty_model"), "empty_model is empty"),
+        "missing tokenizer": (_own(job, out, model_dir=tmp / "no_tokenizer"), "has no tokenizer"),
+        "unsupported architecture": (_own(job, out, model_dir=tmp / "t5"), "model_type 't5' is not a "
+                                                                             "transformers causal LM"),
+        "more GPUs than present": (_own(job, out) + ["--setup", "gpu"], "this machine has none"),
+        "unwritable output": (_own(job, tmp / "a_file" / "runs"), "a_file is a file, not a folder"),
+    }
+
+
+def test_bad_input_on_the_own_data_path_is_one_line_exit_2_and_nothing_on_disk(job, tmp_path):
+    for case, (args, needle) in _bad_inputs(job, tmp_path).items():
+        out = Path(args[args.index("--out") + 1])
+        proc = cli_here(args, tmp_path)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, (case, proc.returncode, proc.stderr[-2000:])
+        assert needle in lines[0], (case, lines[0])
+        assert not out.exists() or not any(out.rglob("*")), (case, list(out.rglob("*")))
+
+
+def test_under_two_processes_every_rank_fails_the_same_check_and_none_hangs(job, tmp_path, subprocess_env):
+    """Two ranks started as a launcher (torchrun, srun) starts them: each runs the preflight on the same files,
+    so both exit with the same one line instead of one waiting at a collective for the other."""
+    import socket
+    import subprocess
+    import sys
+
+    args, needle = _bad_inputs(job, tmp_path)["forget/retain overlap"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = dict(subprocess_env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank),
+                   LOCAL_RANK=str(rank), NODE_RANK="0", LOCAL_WORLD_SIZE="2", GROUP_RANK="0", TORCHELASTIC_RUN_ID="t")
+        procs.append(subprocess.Popen([sys.executable, "-m", "lit_unlearn.cli", *args, "--trainer.accelerator=cpu",
+                                       "--trainer.devices=2", "--trainer.strategy=ddp"], cwd=tmp_path, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for rank, proc in enumerate(procs):
+        _, err = proc.communicate(timeout=120)  # a hung rank fails here
+        assert proc.returncode == 2 and needle in err, (rank, proc.returncode, err[-2000:])
