@@ -231,3 +231,40 @@ def test_under_two_processes_every_rank_fails_the_same_check_and_none_hangs(job,
     for rank, proc in enumerate(procs):
         _, err = proc.communicate(timeout=120)  # a hung rank fails here
         assert proc.returncode == 2 and needle in err, (rank, proc.returncode, err[-2000:])
+
+
+def test_the_job_under_zero3_on_two_cpu_processes_exports_the_one_process_update(job, subprocess_env, prefork,
+                                                                                  tmp_path):
+    """--setup zero3 with the GPU parts swapped for CPU ones (gloo, float32): the verdict and the target stop say
+    they wait for the exported model, and the export gathers the partitions into the same weights one process
+    reaches."""
+    from transformers import AutoModelForCausalLM
+
+    from helpers import assert_same_update
+
+    command = [*readme_commands()[0][:-2], "--method", "graddiff", "--trainer.max_steps=2", *QUICK[1:]]
+    cpu = ["--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.precision=32-true",
+           "--model.init_args.network.init_args.dtype=float32",
+           "--model.init_args.network.init_args.gradient_checkpointing=false",
+           "--trainer.strategy.class_path=lit_unlearn.distributed.cpu_deepspeed.CPUDeepSpeedStrategy",
+           "--trainer.strategy.init_args.config=" + json.dumps(
+               {"zero_optimization": {"stage": 3}, "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
+                "train_micro_batch_size_per_gpu": 1})]
+    one = cli_here([*command, "--out", str(tmp_path / "one")], job, check=True)
+    zero3 = cli_process([*command, "--out", str(tmp_path / "zero3"), "--setup", "zero3", *cpu], job, subprocess_env,
+                        prefork=prefork)
+    assert "no verdict in this run: the weights are ZeRO-3 partitioned" in zero3.stdout
+    assert "lit-unlearn audit" in zero3.stdout and one.returncode == 0
+    start = AutoModelForCausalLM.from_pretrained(job / "my-model").state_dict()
+    a = AutoModelForCausalLM.from_pretrained(finished_run(tmp_path / "one", "graddiff")["final_model"]).state_dict()
+    b = AutoModelForCausalLM.from_pretrained(finished_run(tmp_path / "zero3", "graddiff")["final_model"]).state_dict()
+    compared, moved = assert_same_update(a, b, start, tol=1e-3)
+    assert compared == len(a) and moved > compared // 2
+    # the verdict the run pointed at, on the exported model, from the user's own files
+    files = readme_files(command)
+    audit = cli_here(["audit", "--model", finished_run(tmp_path / "zero3", "graddiff")["final_model"], "--forget",
+                      files["forget"], "--holdout", files["holdout"], "--columns", "question=prompt,answer=completion",
+                      "--target", files["model_dir"], "--out", str(tmp_path / "audit"), "--device", "cpu"], job,
+                     check=True)
+    assert "AUDIT: " in audit.stdout and "paraphrase probe is skipped" in audit.stdout
+    assert json.loads((tmp_path / "audit/audit.json").read_text())["results"]["target"]["verdict"]["parts"]

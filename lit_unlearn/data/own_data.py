@@ -344,10 +344,9 @@ class OwnData(EvalSplitsSource):
         given = {"forget": forget, "retain": retain, "holdout": holdout, "eval_forget": eval_forget,
                  "eval_retain": eval_retain}
         self.files = {role: _as_file(role, v, format, columns, split) for role, v in given.items()}
-        for role in ("forget", "retain"):
-            if self.files[role] is None:
-                raise UserError(f"no {role} data: give --{role} FILE (or data.init_args.source.init_args.{role} in "
-                                "your YAML)")
+        if self.files["forget"] is None:
+            raise UserError("no forget data: give --forget FILE (or data.init_args.source.init_args.forget in your "
+                            "YAML)")
         self.items_per_group, self.eval_retain_items, self.allow_overlap = (items_per_group, eval_retain_items,
                                                                             allow_overlap)
         self.base_model = base_model
@@ -368,7 +367,8 @@ class OwnData(EvalSplitsSource):
         if role not in self._rows:
             spec = self.files[role]
             if spec is None:
-                raise UserError(f"no {role} data given")
+                raise UserError(f"no {role} data: give --{role} FILE (or data.init_args.source.init_args.{role} in "
+                                "your YAML)")
             where = f"{role} data {spec.describe()}"
             self._rows[role] = to_rows(read_records(spec.path, spec.split), spec, where, self.items_per_group)
         return self._rows[role]
@@ -415,7 +415,7 @@ class OwnData(EvalSplitsSource):
         out = {"forget": self.rows("eval_forget") if self.files["eval_forget"] else self.rows("forget")}
         if self.files["eval_retain"]:
             out["retain"] = self.rows("eval_retain")
-        else:
+        elif self.files["retain"]:
             import random
 
             retain = self.rows("retain")
