@@ -145,6 +145,8 @@ def run_command(cmd: Command, argv: list[str]) -> None:
     from lit_unlearn.launch.arguments import split_options
 
     values, rest = split_options(argv, training_options(cmd))
+    if cmd.preset is not None and not _named(argv, "--preset") and _extending_config(rest):
+        values["preset"] = None  # a config that names what it extends is whole: the default preset is not beneath it
     if values.get("preset"):
         from lit_unlearn.launch.presets import check_preset
 
@@ -155,6 +157,21 @@ def run_command(cmd: Command, argv: list[str]) -> None:
         print_lightning_help(values.get("preset"), [a for a in rest if a != "--help-all"])
         return
     cmd.run(rest, **values)
+
+
+def _named(argv: Sequence[str], option: str) -> bool:
+    return any(a == option or a.startswith(option + "=") for a in argv)
+
+
+def _extending_config(argv: Sequence[str]) -> bool:
+    """Whether a `--config FILE` among the arguments has an `# extends:` line."""
+    from pathlib import Path
+
+    from lit_unlearn.launch.presets import extends_of
+
+    files = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
+    files += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    return any(Path(f).is_file() and extends_of(f) for f in files)
 
 
 def main(argv: list[str] | None = None) -> None:

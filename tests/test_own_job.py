@@ -268,3 +268,24 @@ def test_the_job_under_zero3_on_two_cpu_processes_exports_the_one_process_update
                      check=True)
     assert "AUDIT: " in audit.stdout and "paraphrase probe is skipped" in audit.stdout
     assert json.loads((tmp_path / "audit/audit.json").read_text())["results"]["target"]["verdict"]["parts"]
+
+
+@pytest.mark.parametrize("name, strategy", [("llama2_7b_one_gpu", None), ("llama2_7b_zero3", "DeepSpeedStrategy")])
+def test_the_example_yamls_are_the_job_for_one_gpu_and_for_zero3(name, strategy, tmp_path):
+    """About 20 lines each; they extend own_hamu (the default preset is not beneath them), and on a machine without
+    GPUs they stop at the first check, in one line."""
+    import yaml
+
+    path = REPO / "examples" / f"{name}.yaml"
+    assert len(path.read_text().splitlines()) <= 25
+    config = yaml.safe_load(cli_here(["unlearn", "--config", str(path), "--print_config"], tmp_path,
+                                     check=True).stdout)
+    assert config["model"]["class_path"] == "lit_unlearn.modules.HAMUModule"
+    assert config["model"]["init_args"]["network"]["init_args"]["name_or_path"] == "/models/my-llama-2-7b"
+    assert config["model"]["init_args"]["target_ckpt"] is None  # nothing of the digits preset
+    assert config["data"]["init_args"]["source"]["init_args"]["holdout"] == "/data/me/holdout.jsonl"
+    if strategy:
+        assert config["trainer"]["strategy"]["class_path"].endswith(strategy)
+    if not torch.cuda.is_available():
+        proc = cli_here(["unlearn", "--config", str(path)], tmp_path)
+        assert proc.returncode == 2 and "this machine has none" in proc.stderr

@@ -23,7 +23,8 @@ def unlearn(lightning_args: list[str], preset: str, target: str | None = None, m
     """Unlearn a trained model. Your own job in one line: --model_dir (a Hugging Face folder), --forget and
     --retain files (JSON, JSONL, parquet, CSV or a saved dataset), --holdout for the verdict, --method and --out;
     the packaged own_METHOD preset takes them (`--print_config` shows the whole config). Otherwise the preset's config
-    comes first (default digits_hamu); --config files and --KEY=VALUE overrides follow and win, as in LightningCLI.
+    comes first (default digits_hamu, unless a --config file names what it extends with `# extends:`); --config
+    files and --KEY=VALUE overrides follow and win, as in LightningCLI.
     Each run has its own folder; --ckpt_path last resumes this configuration's unfinished run.
 
     Args:
