@@ -197,6 +197,8 @@ def _bad_inputs(job, tmp: Path) -> dict[str, tuple[list[str], str]]:
                                                                              "transformers causal LM"),
         "more GPUs than present": (_own(job, out) + ["--setup", "gpu"], "this machine has none"),
         "unwritable output": (_own(job, tmp / "a_file" / "runs"), "a_file is a file, not a folder"),
+        "global batch over 3 processes": (_own(job, out) + ["--trainer.accelerator=cpu", "--trainer.devices=3",
+                                                            "--trainer.strategy=ddp"], "make it a multiple of 3"),
     }
 
 

@@ -4,7 +4,8 @@ process group forms, so a 7B job fails in seconds, not after every rank has load
     notes = preflight(config)     # a LightningCLI config as a plain dict; raises a one-line UserError
 
 Checked, in this order:
-- hardware: the GPUs asked for exist, and DeepSpeed is installed where a strategy names it;
+- hardware: the GPUs asked for exist, DeepSpeed is installed where a strategy names it, and the global batches
+  divide over every process;
 - model: the model folder has a config of a transformers causal-LM architecture, runs no remote code, and its weights
   are safetensors (pickled weights only behind lit_unlearn.storage.safe_load's opt-in);
 - data: every file exists, parses, has its columns and is non-empty; forget and retain share no item (a source with a
@@ -84,6 +85,31 @@ def check_hardware(trainer: dict) -> None:
                             f"machine has {have}: set --trainer.devices={have} or fewer")
 
 
+def _world_size(trainer: dict) -> int | None:
+    """devices × num_nodes, where the config says it in numbers (None: 'auto' and the like)."""
+    devices, nodes = trainer.get("devices", "auto"), trainer.get("num_nodes", 1) or 1
+    if isinstance(devices, (list, tuple)):
+        devices = len(devices)
+    elif str(devices).lstrip("-").isdigit():
+        devices = int(devices)
+        if devices == -1:
+            devices = _device_count(str(trainer.get("accelerator") or "auto").lower()) or None
+    else:
+        return None
+    return None if devices is None else devices * int(nodes)
+
+
+def check_batches(trainer: dict, data: dict) -> None:
+    """The global batches split evenly over every process (each rank takes its slice of the same global batch)."""
+    world = _world_size(trainer)
+    args = _init_args(data)
+    for name in ("retain_batch_size", "forget_batch_size"):
+        size = args.get(name)
+        if world and isinstance(size, int) and size % world:
+            raise UserError(f"data.init_args.{name}={size} is a global batch, split over {world} processes (devices x "
+                            f"num_nodes): make it a multiple of {world}")
+
+
 def check_data(data: dict) -> list[str]:
     """The datamodule's source files and tokenizer (see the module docstring); notes on what will be skipped."""
     from lit_unlearn.storage.specs import build
@@ -138,6 +164,7 @@ def preflight(config: dict) -> list[str]:
         elif _init_args(network).get("config") is None:
             raise UserError("no model: give --model_dir DIR (your Hugging Face model folder), or "
                             "model.init_args.network.init_args.name_or_path in your YAML")
+    check_batches(trainer, config.get("data") or {})
     notes = check_data(config.get("data") or {})
     _references(trainer.get("callbacks") or [])
     logger = trainer.get("logger")
