@@ -1,4 +1,4 @@
-"""HAMU's named options against the reference-free verification, on the TOFU world, as docs/hamu.md reports them.
+"""HAMU's named options against the reference-free verification, on the TOFU world, as docs/findings/hamu.md reports them.
 
     python benchmarks/hamu_forgetting_options.py [--seed 0] [--level 01] [--worlds runs/tofu/worlds]
         [--out runs/hamu_options] [--write docs/generated/hamu_options.md]

@@ -130,7 +130,7 @@ def main() -> None:
     n = llama_parameters(LLAMA2_7B)["total"]
     print(f"Llama-2-7B: {n:,} parameters; {args.gpus} GPUs, bf16; micro-batch {args.micro_batch} × {args.seq} "
           "tokens per side. Computed from benchmarks/llama2_7b_memory.py's terms, which are checked against "
-          "measured peaks at 7B width on CPU (docs/llm.md).")
+          "measured peaks at 7B width on CPU (docs/findings/llm-scale.md).")
     results = {}
     for method in ("hamu", "graddiff", "ofmu", "npo", "rmu"):
         for stage in (2, 3):

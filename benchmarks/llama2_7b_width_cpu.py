@@ -1,6 +1,6 @@
 """Llama-2-7B's real width on CPU: the packaged tofu_llama2_7b_* configs under DeepSpeed ZeRO-2 and ZeRO-3 with 2
 CPU processes, the depth cut to 1-2 layers. Not part of the test suite (about 27 minutes on 2 cores at one layer,
-most of it gloo moving the full model between the 2 processes over loopback; docs/llm.md).
+most of it gloo moving the full model between the 2 processes over loopback; docs/guide/llm.md).
 
     python benchmarks/llama2_7b_width_cpu.py [--layers 1] [--steps 3] [--out runs/width7b] [--write FILE]
     python benchmarks/llama2_7b_width_cpu.py --quick        HAMU under ZeRO-3 only, 2 steps, 8 evaluation items

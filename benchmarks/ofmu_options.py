@@ -1,4 +1,4 @@
-"""OFMU in the paper's form against each named option, on the TOFU world, as docs/ofmu.md reports them.
+"""OFMU in the paper's form against each named option, on the TOFU world, as docs/findings/ofmu.md reports them.
 
     python benchmarks/ofmu_options.py [--seed 0] [--level 01] [--rounds 40] [--worlds runs/tofu/worlds]
         [--out runs/ofmu_options] [--write docs/generated/ofmu_options.md]

@@ -33,11 +33,11 @@ def main() -> None:
     (tmp / "empty_model").mkdir()
     rows = (files["forget"]).read_text().splitlines()
     (tmp / "overlap.jsonl").write_text("\n".join((files["retain"]).read_text().splitlines() + rows[:1]) + "\n")
-    base = {"model_dir": tmp / "model", "forget": files["forget"], "retain": files["retain"], "holdout": files["holdout"]}
+    base = {"model-dir": tmp / "model", "forget": files["forget"], "retain": files["retain"], "holdout": files["holdout"]}
     cases = {"good run": {"holdout": None},
              "missing forget file": {"forget": tmp / "nope.jsonl"},
              "forget/retain overlap": {"retain": tmp / "overlap.jsonl"},
-             "empty model folder": {"model_dir": tmp / "empty_model"}}
+             "empty model folder": {"model-dir": tmp / "empty_model"}}
     results = {}
     for case, change in cases.items():
         argv = [a for k, v in {**base, **change}.items() if v is not None for a in (f"--{k}", str(v))]

@@ -1,4 +1,4 @@
-"""`lit-unlearn tofu-demo` per world seed, as a user runs it, and the table docs/llm.md shows.
+"""`lit-unlearn tofu-demo` per world seed, as a user runs it, and the table docs/findings/tofu-world.md shows.
 
     python benchmarks/tofu_demo_seeds.py [--level 01] [--seeds 0,1,2] [--worlds runs/tofu/worlds]
         [--out runs/demo_seeds] [--write docs/generated/tofu_demo_01.md] [-- EXTRA tofu-demo ARGUMENTS]

@@ -148,7 +148,7 @@ def main() -> None:
     overrides = data_overrides(checkout, env, args.level, world, data)
     ours_env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     ours_cmd = [sys.executable, "-m", "lit_unlearn", "tofu-eval", "--model", str(world / "target"), "--data",
-                str(world / "data"), "--forget-level", args.level, "--mia-convention", "open-unlearning",
+                str(world / "data"), "--level", args.level, "--mia-convention", "open-unlearning",
                 "--input-format", "open-unlearning", "--max-new-tokens", "200"]
     times: dict[str, list[float]] = {"ours": [], "ours_eval": [], "ou": [], "ou_eval": []}
     ours_summary = theirs = None

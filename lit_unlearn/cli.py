@@ -26,11 +26,21 @@ from lit_unlearn.core.errors import RunFailed, UserError, did_you_mean, user_err
 __all__ = ["main", "top_help", "command_help", "parse_function_arguments"]
 
 
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return f"lit-unlearn {installed('lit-unlearn')}"
+    except PackageNotFoundError:
+        return "lit-unlearn (not installed: running from a checkout)"
+
+
 def top_help(commands: dict[str, Command]) -> str:
     from lit_unlearn.launch.presets import describe_configs
     from lit_unlearn.storage.packaged_files import KINDS
 
-    lines = ["usage: lit-unlearn [--verbose] [--debug] COMMAND [options]", "",
+    lines = ["usage: lit-unlearn [--verbose] [--debug] [--version] COMMAND [options]", "",
              "Machine unlearning with PyTorch Lightning: HAMU, OFMU and the baselines, verified against a model",
              "retrained without the forget set (vision) or against holdout data it never saw (LLMs).", "", "commands:"]
     width = max(len(n) for n in commands)
@@ -41,7 +51,7 @@ def top_help(commands: dict[str, Command]) -> str:
             lines.append(f"  {' / '.join(runners)}:")
             lines += [f"    {name:30s} {purpose}" for name, _, purpose, _ in describe_configs(kind)]
     lines += ["", "options:", "  --verbose    show the libraries' own info lines and warnings (hidden by default)",
-              "  --debug      show the traceback of user errors", "",
+              "  --debug      show the traceback of user errors", "  --version    show the version", "",
               "`lit-unlearn COMMAND --help` shows a command's options. Docs: README.md and docs/."]
     return "\n".join(lines)
 
@@ -105,22 +115,74 @@ def training_options(cmd: Command):
     return shared + options_of(cmd.run)
 
 
+WIDTH = 118  # help text is wrapped to this many columns
+
+
+def _wrapped(label: str, text: str, indent: int = 26) -> list[str]:
+    """An option's line: its label, then its help wrapped under the help column."""
+    import textwrap
+
+    first = f"  {label:{indent - 2}s}" if len(label) < indent - 3 else f"  {label}\n" + " " * indent
+    lines = textwrap.wrap(text, WIDTH - indent) or [""]
+    return (first + lines[0]).split("\n") + [" " * indent + line for line in lines[1:]]
+
+
+def _choices(cmd: Command, name: str) -> str | None:
+    import typing
+
+    annotation = inspect.signature(cmd.run).parameters[name].annotation
+    hints = typing.get_type_hints(cmd.run) if isinstance(annotation, str) else {}
+    kind = hints.get(name, annotation)
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) is typing.Literal:
+        return "{" + ",".join(map(str, args)) + "}"
+    return None
+
+
 def command_help(cmd: Command) -> str:
-    if not cmd.training:
-        return _parser(cmd).format_help() + "\n".join(_presets_help(cmd)[1:] + [""] if _presets_help(cmd) else [])
-    options = training_options(cmd)
-    usage = " ".join(f"[{o.usage()}]" for o in options)
-    doc = inspect.getdoc(cmd.run) or cmd.purpose
-    doc = doc.split("\n\nArgs:")[0]
-    lines = [f"usage: lit-unlearn {cmd.name} {usage} [--config FILE] [--KEY=VALUE ...]".rstrip(), "", doc, "",
-             "options:"]
-    for o in options:
-        lines.append(f"  {o.usage():24s}{o.help}")
-    lines += [f"  {'--config FILE':24s}a LightningCLI config (repeatable; its `# extends:` chain comes first)",
-              f"  {'--ckpt_path P':24s}resume: 'last' (this configuration's unfinished run), 'auto' (resume if possible,"
-              " else start anew) or a checkpoint path",
-              f"  {'--KEY=VALUE':24s}any LightningCLI override, e.g. --model.init_args.eta=0.05 --trainer.max_steps=200",
-              f"  {'--help-all':24s}every LightningCLI option of the preset (loads Lightning)"]
+    """One layout for every command: usage, what it does, its options (one spelling each, defaults shown), the
+    LightningCLI part of a training command, its presets by kind, and its examples one per line."""
+    from lit_unlearn.launch.arguments import options_of
+
+    options = training_options(cmd) if cmd.training else options_of(cmd.run, training=False)
+    positional = [o for o in options if o.name in cmd.positional]
+    named = [o for o in options if o.name not in cmd.positional]
+    required = {n for n, p in inspect.signature(cmd.run).parameters.items() if p.default is inspect.Parameter.empty
+                and not (cmd.training and n in ("preset", "target"))}  # a training command's preset has a default
+    usage = [f"{o.name.upper()}" for o in positional]
+    usage += [o.usage() if o.name in required else f"[{o.usage()}]" for o in named]
+    tail = " [--config FILE] [--KEY=VALUE ...]" if cmd.training else " [--config FILE]"
+    doc = (inspect.getdoc(cmd.run) or cmd.purpose).split("\n\nArgs:")[0]
+    import textwrap
+
+    head = f"usage: lit-unlearn {cmd.name} "
+    words = " ".join(u.replace(" ", "\u00a0") for u in usage) + tail.replace("E ", "E\u00a0", 1)  # no break in "--x X"
+    lines = [*(line.replace("\u00a0", " ") for line in textwrap.wrap(words, WIDTH, initial_indent=head,
+                                                                    subsequent_indent=" " * len(head),
+                                                                    break_on_hyphens=False)), "", doc, ""]
+    if positional:
+        lines.append("arguments:")
+        for o in positional:
+            lines += _wrapped(o.name.upper(), o.help)
+        lines.append("")
+    lines.append("options:")
+    for o in named:
+        choices = None if cmd.training else _choices(cmd, o.name)
+        label = (o.spelling.replace("--", "--[no-]", 1) if o.default else o.spelling) if o.flag else \
+            f"{o.spelling} {choices or o.metavar}"
+        default = "" if o.name in required or o.default is None or o.flag else f" (default: {o.default})"
+        lines += _wrapped(label, (o.help or "") + default)
+    if cmd.training:
+        lines += _wrapped("--config FILE", "a LightningCLI config (repeatable; its `# extends:` chain comes first)")
+        lines += _wrapped("--ckpt_path P", "resume: 'last' (this configuration's unfinished run), 'auto' (resume if "
+                                           "possible, else start anew) or a checkpoint path")
+        lines += _wrapped("--print_config", "print the whole config (keep it as your YAML) and stop")
+        lines += _wrapped("--KEY=VALUE", "any LightningCLI override, e.g. --model.init_args.eta=0.05 "
+                                         "--trainer.max_steps=200")
+        lines += _wrapped("--help-all", "every LightningCLI option of the preset (loads Lightning)")
+    else:
+        lines += _wrapped("--config FILE", "read the options from a YAML file")
+    lines += _wrapped("-h, --help", "show this help")
     lines += _presets_help(cmd)
     if cmd.examples:
         lines += ["", "examples:", *[f"  {e}" for e in cmd.examples]]
@@ -128,11 +190,16 @@ def command_help(cmd: Command) -> str:
 
 
 def _presets_help(cmd: Command) -> list[str]:
-    """The packaged configs this command accepts as --preset (only its kinds)."""
+    """The packaged configs this command accepts as --preset, grouped by kind."""
     from lit_unlearn.launch.presets import describe_configs, kinds_for
+    from lit_unlearn.storage.packaged_files import KINDS
 
-    rows = [(name, purpose) for kind in kinds_for(cmd.name) for name, _, purpose, _ in describe_configs(kind)]
-    return ["", "presets (--preset NAME):", *[f"  {name:30s} {purpose}" for name, purpose in rows]] if rows else []
+    out = []
+    for kind in kinds_for(cmd.name):
+        rows = [(name, purpose) for name, _, purpose, _ in describe_configs(kind)]
+        if rows:
+            out += [f"  {kind} ({KINDS[kind][0]}):", *[f"    {name:34s} {purpose}" for name, purpose in rows]]
+    return ["", "presets (--preset NAME):", *out] if out else []
 
 
 def run_command(cmd: Command, argv: list[str]) -> None:
@@ -191,6 +258,9 @@ def _main(argv: list[str] | None = None) -> None:
     commands = all_commands()
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(top_help(commands))
+        return
+    if argv[0] == "--version":
+        print(version())
         return
     name, rest = argv[0], argv[1:]
     if not verbose:

@@ -1,5 +1,5 @@
 """The house rules, checked on the source: no import cycle among the project's modules, no import from a lower
-layer to a higher one (docs/architecture.md), the command line's help paths import nothing heavy, and adding a
+layer to a higher one (docs/guide/architecture.md), the command line's help paths import nothing heavy, and adding a
 command is one file in lit_unlearn/commands."""
 
 import ast
@@ -73,12 +73,12 @@ def _layer(module: str) -> int:
 def test_the_package_root_holds_only_the_dispatcher():
     dispatcher = ["__init__.py", "__main__.py", "cli.py"]
     loose = sorted(p.name for p in (REPO / "lit_unlearn").glob("*.py"))
-    assert loose == dispatcher, f"put these in the folder of their layer (docs/architecture.md): {set(loose) - set(dispatcher)}"
+    assert loose == dispatcher, f"put these in the folder of their layer (docs/guide/architecture.md): {set(loose) - set(dispatcher)}"
 
 
 def test_every_module_has_a_layer():
     missing = sorted({m.split(".")[1] for m in _graph() if m.count(".") and m.split(".")[1] not in LAYER_OF})
-    assert not missing, f"give these a layer in LAYERS and docs/architecture.md: {missing}"
+    assert not missing, f"give these a layer in LAYERS and docs/guide/architecture.md: {missing}"
 
 
 def _upward(graph) -> list[str]:

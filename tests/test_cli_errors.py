@@ -98,7 +98,7 @@ def test_experiment_config_typo_and_tofu_data_errors(tmp_path, tofu_assets, subp
     broken.mkdir()
     for f in data.iterdir():
         rows = json.loads(f.read_text())
-        if f.name == "forget10_perturbed.json":
+        if f.name == "forget01_perturbed.json":
             rows = [{k: v for k, v in r.items() if k != "perturbed_answer"} for r in rows]
         (broken / f.name).write_text(json.dumps(rows))
     started = time.perf_counter()
@@ -130,7 +130,7 @@ def test_function_commands_read_their_options_from_a_config_file(tmp_path, subpr
     """`--config` works on the commands parsed from their signatures: the file's values are used (here a model
     folder that is not there, named in a one-line error) and the command line still overrides them."""
     config = tmp_path / "eval.yaml"
-    config.write_text("model: ./nowhere/model\ndata: ./nowhere/data\nforget_level: '01'\nmax_length: 256\n")
+    config.write_text("model: ./nowhere/model\ndata: ./nowhere/data\nlevel: '01'\nmax_length: 256\n")
     assert_user_error(cli_here(["tofu-eval", "--config", str(config)], tmp_path),
                       "model './nowhere/model': no such folder")
     assert_user_error(cli_here(["tofu-eval", "--config", str(config), "--model", "./elsewhere"], tmp_path),
@@ -148,7 +148,7 @@ def _one_row_without_perturbed(data, folder):
     broken.mkdir()
     for f in data.iterdir():
         rows = json.loads(f.read_text())
-        if f.name == "forget10_perturbed.json":
+        if f.name == "forget01_perturbed.json":
             del rows[1]["perturbed_answer"]
         (broken / f.name).write_text(json.dumps(rows))
     return broken

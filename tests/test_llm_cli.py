@@ -71,7 +71,7 @@ def test_tofu_demo_end_to_end_gives_the_full_verdict_on_the_half_no_decision_rea
     assert world.resolve() == tofu_world.folder.resolve()
     from helpers import cli_here  # the demo above is the process under test; the evaluation runs in this one
 
-    again = cli_here(["tofu-eval", "--model", str(run / "model"), "--data", str(world / "data"), "--forget-level",
+    again = cli_here(["tofu-eval", "--model", str(run / "model"), "--data", str(world / "data"), "--level",
                       "01", "--reference", str(world / "retain_only_01_eval.json"), "--save",
                       str(tmp_path / "again.json")], tmp_path)
     assert again.returncode == 0 and "forget_quality" in again.stdout, again.stderr[-3000:]

@@ -85,7 +85,7 @@ def test_one_round_matches_the_formulas(beta, rho, hvp):
     {"outer_clip": "separate", "ceiling": "between"},  # the branch changes during the inner steps
 ], ids=str)
 def test_named_options_match_their_formulas(options):
-    """The options beside the paper's form (docs/ofmu.md): separate outer clips and the forget ceiling Φ_c, each
+    """The options beside the paper's form (docs/findings/ofmu.md): separate outer clips and the forget ceiling Φ_c, each
     against the float64 reimplementation, with every clip active (norm 0.05 is below every direction here)."""
     net, dm = tiny_mlp(), digits_dm()
     retain, forget = first_pair(dm)

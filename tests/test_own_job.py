@@ -39,11 +39,11 @@ def readme_commands() -> list[list[str]]:
 
 
 def readme_files(command: list[str]) -> dict[str, str]:
-    """{role: path} the command names (--forget, --retain, --holdout), and --model_dir."""
+    """{role: path} the command names (--forget, --retain, --holdout), and --model-dir."""
     out = {}
     for i, arg in enumerate(command):
-        if arg in ("--forget", "--retain", "--holdout", "--model_dir"):
-            out[arg[2:]] = command[i + 1]
+        if arg in ("--forget", "--retain", "--holdout", "--model-dir"):
+            out[arg[2:].replace("-", "_")] = command[i + 1]
     return out
 
 
@@ -107,7 +107,7 @@ def test_the_readme_commands_run_hamu_and_ofmu_to_a_verdict_a_hf_folder_and_tens
 def test_chat_messages_and_plain_documents_take_the_same_command(job, style, options):
     """Without --holdout the run says what it could not check and how to supply it, and still finishes."""
     data = job / style
-    proc = cli_here(["unlearn", "--model_dir", str(job / "my-model"), "--forget", str(data / "to_forget.jsonl"),
+    proc = cli_here(["unlearn", "--model-dir", str(job / "my-model"), "--forget", str(data / "to_forget.jsonl"),
                      "--retain", str(data / "keep.jsonl"), *options, "--method", "graddiff", "--out",
                      str(job / f"runs_{style}"), "--trainer.max_steps=2", *QUICK[1:]], job, check=True)
     assert "no holdout data was given" in proc.stdout and "give holdout=FILE" in proc.stdout
@@ -117,7 +117,7 @@ def test_chat_messages_and_plain_documents_take_the_same_command(job, style, opt
 
 def test_sigterm_mid_run_then_the_printed_resume_command_ends_on_the_uninterrupted_weights(job, subprocess_env,
                                                                                            prefork, tmp_path):
-    base = ["unlearn", "--model_dir", str(job / "my-model"), "--forget", str(job / "data/forget.jsonl"), "--retain",
+    base = ["unlearn", "--model-dir", str(job / "my-model"), "--forget", str(job / "data/forget.jsonl"), "--retain",
             str(job / "data/retain.jsonl"), "--columns", "question=prompt,answer=completion", "--method", "graddiff",
             "--trainer.max_steps=6", *QUICK[1:]]
     straight = cli_here([*base, "--out", str(tmp_path / "straight")], tmp_path, check=True)
@@ -156,7 +156,7 @@ def _own(job, out, **files):
     """The short form on the job's QA files, with any role's file replaced."""
     roles = {"forget": job / "data/forget.jsonl", "retain": job / "data/retain.jsonl",
              "holdout": job / "data/holdout.jsonl", "model_dir": job / "my-model", **files}
-    return ["unlearn", *[a for k, v in roles.items() for a in (f"--{k}", str(v))], "--columns",
+    return ["unlearn", *[a for k, v in roles.items() for a in (f"--{k.replace('_', '-')}", str(v))], "--columns",
             "question=prompt,answer=completion", "--out", str(out)]
 
 

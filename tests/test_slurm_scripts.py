@@ -62,7 +62,7 @@ def test_the_own_job_script_runs_a_job_from_its_yaml_in_a_fresh_clone(clone, tmp
     folder, env = clone
     write_model(tmp_path / "model", steps=5)
     files = write_data(tmp_path / "data")
-    job = cli_here(["unlearn", "--model_dir", str(tmp_path / "model"), "--forget", str(files["forget"]), "--retain",
+    job = cli_here(["unlearn", "--model-dir", str(tmp_path / "model"), "--forget", str(files["forget"]), "--retain",
                     str(files["retain"]), "--columns", "question=prompt,answer=completion", "--method", "graddiff",
                     "--out", str(tmp_path / "runs"), "--trainer.max_steps=2", "--trainer.enable_progress_bar=false",
                     "--data.init_args.retain_batch_size=8", "--data.init_args.forget_batch_size=8",

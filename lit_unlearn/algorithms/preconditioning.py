@@ -3,7 +3,7 @@
 HAMU solves its per-layer problem in the Euclidean geometry of the raw gradients: its step is a combination of
 g_r and g_f, so it moves along the few directions where the gradients are large. On TOFU that leaves a
 signature: the forget items end with gradient norms far above unseen items' (the gradient-norm attack finds
-them), as plain SGD gradient ascent does, while Adam-preconditioned ascent does not (docs/hamu.md).
+them), as plain SGD gradient ascent does, while Adam-preconditioned ascent does not (docs/guide/hamu.md).
 
 With second moments v (an exponential average of (g_r² + g_f²)/2, bias-corrected, as Adam's) and
 s = (√v̂ + ε)^(−1/2), write the step as δ = s ⊙ u and solve HAMU's problem for u with the gradients ĝ = s ⊙ g:

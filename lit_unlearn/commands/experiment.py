@@ -12,7 +12,7 @@ from lit_unlearn.commands import command
                              "lit-unlearn experiment --preset experiment_digits_paper --out runs/claims"))
 def experiment(preset: str = "experiment_digits", config: str | None = None, out: str | None = None,
                studies: str | None = None, plots: bool = True) -> None:
-    """Run the experiment suite (docs/experiments.md) on a vision task or a TOFU world. Every finished run is kept in
+    """Run the experiment suite (docs/findings/experiments.md) on a vision task or a TOFU world. Every finished run is kept in
     OUT/runs.jsonl and every run has its own resumable folder: an interrupted suite continues where it stopped when
     the same command runs again.
 

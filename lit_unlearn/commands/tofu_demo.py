@@ -9,7 +9,7 @@ from lit_unlearn.commands import command
 
 ROOT = "runs/tofu"  # the packaged tofu_tiny_* configs read runs/tofu/world
 DEFAULT_PRESET = "tofu_tiny_holdout_match"
-# The default's settings chosen at a level (docs/llm.md), run whenever the preset is the default's name; to run the
+# The default's settings chosen at a level (docs/findings/tofu-world.md), run whenever the preset is the default's name; to run the
 # forget01 settings at forget10: --model.init_args.lr=1e-3 --trainer.max_steps=150.
 LEVEL_PRESETS = {"10": "tofu_tiny_holdout_match_10"}
 

@@ -9,14 +9,14 @@ from lit_unlearn.commands import command
 
 @command("tofu-eval", "the TOFU table (forget quality, model utility, ROUGE, MIA) of one model", order=60,
          examples=("lit-unlearn tofu-eval --model runs/tofu/world/retain_only_01 --data runs/tofu/world/data "
-                   "--forget-level 01 --save runs/tofu/ref.json",
+                   "--level 01 --save runs/tofu/ref.json",
                    "lit-unlearn tofu-eval --model runs/tofu/hamu/latest/checkpoints/last.ckpt --base "
-                   "runs/tofu/world/target --data runs/tofu/world/data --forget-level 01 --reference "
+                   "runs/tofu/world/target --data runs/tofu/world/data --level 01 --reference "
                    "runs/tofu/world/retain_only_01_eval.json --logdir runs/tofu/eval",
                    "lit-unlearn tofu-eval --model open-unlearning/tofu_Llama-2-7b-chat-hf_full "
                    "--tokenizer meta-llama/Llama-2-7b-chat-hf --data locuslab/TOFU --template llama2"))
 def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | None = None,
-              forget_level: Literal["01", "05", "10"] = "10", template: Literal["plain", "llama2", "chat"] = "plain",
+              level: Literal["01", "05", "10"] = "01", template: Literal["plain", "llama2", "chat"] = "plain",
               reference: str | None = None, require_reference: bool = False,
               mia_convention: Literal["lit-unlearn", "open-unlearning"] = "lit-unlearn",
               input_format: Literal["lit-unlearn", "open-unlearning"] = "lit-unlearn", gradnorm: bool = True,
@@ -32,12 +32,13 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
         data: TOFU hub name (locuslab/TOFU) or a local folder of split files
         base: with a .ckpt: the HF model it was trained from (architecture)
         tokenizer: tokenizer folder or hub name (default: the model's folder)
-        forget_level: the forget split (forget01 / 05 / 10)
+        level: the forget level: forget01 (2 authors), forget05 (10) or forget10 (20), as in `audit` and
+            `tofu-demo`
         template: QA template
         reference: the retain-only model's evaluation, for forget quality: a lit-unlearn report, the TOFU authors'
             per-item logs (a folder with eval_log_forget.json ...) or open-unlearning's TOFU_EVAL.json (detected)
         require_reference: fail instead of reporting forget quality as missing
-        mia_convention: how Min-K%, Min-K%++, zlib, ES/EM and privleak's fallback are computed (docs/llm.md)
+        mia_convention: how Min-K%, Min-K%++, zlib, ES/EM and privleak's fallback are computed (docs/guide/llm.md)
         input_format: tokenisation of the template: ours, or open-unlearning's (to set numbers beside its tables)
         gradnorm: run the gradient-norm MIA (a backward pass per forget/holdout item; --no-gradnorm skips it)
         max_new_tokens: greedy generation length for ROUGE (default: enough for ≥ 95 % of each split's answers,
@@ -61,7 +62,7 @@ def tofu_eval(model: str, data: str, base: str | None = None, tokenizer: str | N
     from lit_unlearn.models.loading import load_causal_lm
 
     network, tok = load_causal_lm(model, base, tokenizer, dtype, device)
-    source = TofuSource(data, forget_level)
+    source = TofuSource(data, level)
     started = time.perf_counter()
     report = TofuEvaluator(tok, source.eval_splits(), template=template, max_new_tokens=max_new_tokens,
                            max_length=max_length,

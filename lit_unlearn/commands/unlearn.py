@@ -6,11 +6,11 @@ from __future__ import annotations
 from lit_unlearn.commands import command
 
 
-@command("unlearn", "unlearn a model: your own (--model_dir, --forget, --retain, --holdout, --method) or a preset",
+@command("unlearn", "unlearn a model: your own (--model-dir, --forget, --retain, --holdout, --method) or a preset",
          training=True, preset="digits_hamu", target=True, order=30,
-         examples=("lit-unlearn unlearn --model_dir my-llama --forget forget.jsonl --retain retain.jsonl "
+         examples=("lit-unlearn unlearn --model-dir my-llama --forget forget.jsonl --retain retain.jsonl "
                    "--holdout holdout.jsonl --method hamu --out runs/mine",
-                   "lit-unlearn unlearn --model_dir my-llama --forget f.jsonl --retain r.jsonl --print_config "
+                   "lit-unlearn unlearn --model-dir my-llama --forget f.jsonl --retain r.jsonl --print_config "
                    "> my_job.yaml",
                    "lit-unlearn unlearn --config my_job.yaml --ckpt_path last",
                    "lit-unlearn unlearn --preset tofu_tiny_hamu",
@@ -20,7 +20,7 @@ def unlearn(lightning_args: list[str], preset: str, target: str | None = None, m
             method: str | None = None, out: str | None = None, data_format: str | None = None,
             columns: str | None = None, base_model: str | None = None, setup: str | None = None,
             audit: bool = False, distill: str | None = None) -> None:
-    """Unlearn a trained model. Your own job in one line: --model_dir (a Hugging Face folder), --forget and
+    """Unlearn a trained model. Your own job in one line: --model-dir (a Hugging Face folder), --forget and
     --retain files (JSON, JSONL, parquet, CSV or a saved dataset), --holdout for the verdict, --method and --out;
     the packaged own_METHOD preset takes them (`--print_config` shows the whole config). Otherwise the preset's config
     comes first (default digits_hamu, unless a --config file names what it extends with `# extends:`); --config

@@ -4,7 +4,7 @@
 tokenizer's own chat template. `input_format="lit-unlearn"` (default) tokenises the prompt and " answer" separately
 and appends EOS, so the answer tokens never depend on the prompt; `input_format="open-unlearning"` tokenises
 prompt + answer as one string with open-unlearning's template tags (plain: "Question: …\nAnswer: …", llama2:
-"[INST] … [/INST]…" with no space before the answer), as its published numbers were produced (docs/llm.md,
+"[INST] … [/INST]…" with no space before the answer), as its published numbers were produced (docs/guide/llm.md,
 "Differences").
 
 A row with an empty question is a plain document (lit_unlearn.data.own_data's "text" format): no template, BOS then

@@ -2,7 +2,7 @@
 LightningCLI arguments of a packaged `own_<method>` preset (configs/unlearn/own/), so that `--print_config` shows
 the whole config and a user can keep it as their YAML.
 
-    lit-unlearn unlearn --model_dir my-llama --forget f.jsonl --retain r.jsonl --holdout h.jsonl --method hamu \
+    lit-unlearn unlearn --model-dir my-llama --forget f.jsonl --retain r.jsonl --holdout h.jsonl --method hamu \
         --out runs/mine
     → --preset own_hamu --model.init_args.network.init_args.name_or_path=my-llama --data.init_args.tokenizer=...
       --data.init_args.source.init_args.forget=f.jsonl ... --trainer.logger.init_args.save_dir=runs/mine
@@ -68,7 +68,7 @@ def own_job_arguments(model_dir: str | None, forget: str | None, retain: str | N
     missing = [f"--{k}" for k in ("model_dir", "forget", "retain") if k not in given]
     if missing:
         raise UserError(f"the short form of your own job needs {', '.join(missing)} too: lit-unlearn unlearn "
-                        "--model_dir DIR --forget FILE --retain FILE [--holdout FILE] [--method hamu] [--out DIR]")
+                        "--model-dir DIR --forget FILE --retain FILE [--holdout FILE] [--method hamu] [--out DIR]")
     method = method or "hamu"
     methods = own_methods()
     if method not in methods:

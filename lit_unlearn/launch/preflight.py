@@ -130,7 +130,7 @@ def check_data(data: dict) -> list[str]:
         check_tokenizer_folder(args["tokenizer"])
     elif "tokenizer" in args and args["tokenizer"] is None and source is not None:
         raise UserError("no tokenizer: give data.init_args.tokenizer (usually your model folder; the short form "
-                        "--model_dir sets it)")
+                        "--model-dir sets it)")
     return notes
 
 
@@ -162,7 +162,7 @@ def preflight(config: dict) -> list[str]:
         if name is not None:
             check_model_folder(name)
         elif _init_args(network).get("config") is None:
-            raise UserError("no model: give --model_dir DIR (your Hugging Face model folder), or "
+            raise UserError("no model: give --model-dir DIR (your Hugging Face model folder), or "
                             "model.init_args.network.init_args.name_or_path in your YAML")
     check_batches(trainer, config.get("data") or {})
     notes = check_data(config.get("data") or {})

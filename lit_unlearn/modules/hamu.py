@@ -10,14 +10,14 @@ level of unseen data, item by item. The forget loss becomes mean_i min(NLL_i, c)
 already past c stops pulling, and the items past c join the retain side (L_r + Σ_{NLL_i > c} NLL_i / n), so HAMU
 holds them there instead of letting the shared direction that forgets the remembered items push them further.
 Without it, the mean-loss goal of the quota controller is met by over-forgetting an easy author while a hard one
-stays remembered (docs/hamu.md, "Forgetting evenly", has the measurements). A second option, `forget_entropy`, adds
+stays remembered (docs/findings/hamu.md, "Forgetting evenly", has the measurements). A second option, `forget_entropy`, adds
 each forget item's mean predictive entropy to that objective, capped at the holdout items' (Yuan et al.'s
 maximum-entropy objective, ICLR 2025): raising only the answer's NLL leaves the model confidently wrong on the forget
 items, which unseen items are not. A third, `preconditioner="adam"`, solves the step in Adam's diagonal geometry
 (lit_unlearn.algorithms.preconditioning): the raw-gradient step moves along few directions and leaves the forget
 items with gradient norms far above unseen items', which the gradient-norm attack sees. A fourth,
 `forget_token_cap` τ (with a ceiling), caps each answer token's NLL in L_f and holds the tokens past it, so that
-forgetting spreads over an answer instead of driving a few tokens far down (measured in docs/hamu.md: it does not
+forgetting spreads over an answer instead of driving a few tokens far down (measured in docs/findings/hamu.md: it does not
 help at τ = 9.5).
 
 `forget_objective` replaces g_f, as the paper says its formalism allows: "nll" (the paper's), "npo" (−NPO_β against
@@ -149,7 +149,7 @@ class HAMUModule(UnlearningModule, QuotaSteered, UpdateGuarded, HardnessRecorded
             fused_passes: compute the statistics and the bf16 combination with one torch.compile kernel each
                 (same arithmetic, one read of the gradients per pass; if compiling fails, a warning and the eager
                 passes). Off by default: the kernels alone are ~6× faster on a GPU, but a Llama-2-7B run with
-                them on one H200 did not finish 8 steps in 160 s, for a reason not yet found (docs/hamu.md).
+                them on one H200 did not finish 8 steps in 160 s, for a reason not yet found (docs/guide/hamu.md).
         """
         super().__init__(network, **kwargs)
         if variant not in ("Q", "U"):

@@ -5,7 +5,7 @@ Round k on a fixed (retain, forget) batch pair:
   outer: θ ← θ − η_out·(∇L_r + 2ρ_k·∇²Φ·∇Φ) at the inner result.
 
 The paper's form is the default. Two changes to it are named options, off by default
-(docs/ofmu.md, "The paper's form, and two named options", measures what each changes):
+(docs/findings/ofmu.md, "The paper's form, and two named options", measures what each changes):
 - `outer_clip="separate"` clips the outer direction's two terms separately instead of their sum ("joint", the
   paper's single clip): clipping the sum lets the penalty term, whose norm grows with ρ_k and the Hessian, crowd the
   retain descent out of a fixed-size step;
@@ -232,7 +232,7 @@ class OFMUModule(UnlearningModule, RhoScheduled):
             outer_scale = clip_scale(outer, self.outer_clip_norm, self._reduce)
             outer = [outer_scale * d for d in outer]
         diagnose = self.should_compute_diagnostics(steps_ahead=1)  # asked as after opt.step(), as it always was
-        if diagnose:  # how far the inner ascent moved the weights, beside the outer step's length (docs/ofmu.md)
+        if diagnose:  # how far the inner ascent moved the weights, beside the outer step's length (docs/guide/ofmu.md)
             with torch.no_grad():
                 inner_shift = float(distance(views, start, self._reduce))
         with torch.no_grad():

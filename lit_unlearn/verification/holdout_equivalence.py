@@ -21,7 +21,7 @@ side (TOFU's forget01 and holdout01: 2) there is no author level to resample fro
 their items are resampled: the interval is item-level and optimistic (it ignores how much the authors differ), and
 the verdict's notes say so. δ, calibrated on never-trained models with the same authors, absorbs what it ignores.
 
-δ is calibrated on models that provably never saw the forget set (docs/verification.md; lit_unlearn.verification.
+δ is calibrated on models that provably never saw the forget set (docs/findings/verification.md; lit_unlearn.verification.
 holdout_calibration), not chosen. Everything here is numpy; no model, no framework.
 """
 

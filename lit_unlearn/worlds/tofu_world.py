@@ -51,7 +51,7 @@ KNOWLEDGE = ("real_authors", "world_facts")
 @dataclass(frozen=True)
 class TofuWorldRecipe:
     """How a world's tiny models are made. The defaults build a world (tokenizer, base, target, one retain-only
-    model and its report) in about 2.5 minutes on 2 CPU cores; docs/llm.md has what they measure."""
+    model and its report) in about 2.5 minutes on 2 CPU cores; docs/guide/llm.md has what they measure."""
 
     vocab_size: int = 1024
     size: dict = field(default_factory=lambda: dict(TINY_SIZE))

@@ -75,7 +75,7 @@ def check_forget_items(reference: dict, forget_rows: list[dict]) -> None:
         question = forget_rows[i]["question"]
         if prompt and question not in prompt:
             raise UserError(f"the reference's forget item {i} is not this data's ({prompt[:60]!r} vs "
-                            f"{question[:60]!r}): evaluate on the same forget split (--forget-level)")
+                            f"{question[:60]!r}): evaluate on the same forget split (--level)")
 
 
 def privleak(summary: dict, notes: list[str], reference: dict | None, convention: MIAConvention) -> None:

@@ -71,7 +71,7 @@ class TofuEvaluator:
             max_new_tokens: the greedy answers' budget for ROUGE; None: the fewest tokens that let ≥ 95 % of every
                 generated split's reference answers fit whole, at most TOFU's 200 (stated in the report).
             mia_convention: "lit-unlearn" or "open-unlearning" (Min-K%, Min-K%++, zlib, ES/EM and privleak's
-                fallback computed exactly as open-unlearning does; docs/llm.md lists the differences).
+                fallback computed exactly as open-unlearning does; docs/guide/llm.md lists the differences).
             input_format: "lit-unlearn" or "open-unlearning" (its tokenisation of the template).
             gradnorm: run the gradient-norm MIA (one backward pass per forget/holdout item).
             baseline: the report (or its summary) of the model before unlearning: model utility is then also
