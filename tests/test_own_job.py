@@ -117,13 +117,14 @@ def test_chat_messages_and_plain_documents_take_the_same_command(job, style, opt
 
 def test_sigterm_mid_run_then_the_printed_resume_command_ends_on_the_uninterrupted_weights(job, subprocess_env,
                                                                                            prefork, tmp_path):
+    """HAMU, the default method, whose κ₂ stop keeps a count across steps: the resumed run must restore it too."""
     base = ["unlearn", "--model-dir", str(job / "my-model"), "--forget", str(job / "data/forget.jsonl"), "--retain",
-            str(job / "data/retain.jsonl"), "--columns", "question=prompt,answer=completion", "--method", "graddiff",
+            str(job / "data/retain.jsonl"), "--columns", "question=prompt,answer=completion", "--method", "hamu",
             "--trainer.max_steps=6", *QUICK[1:]]
     straight = cli_here([*base, "--out", str(tmp_path / "straight")], tmp_path, check=True)
     assert straight.returncode == 0
     interrupted = [*base, "--out", str(tmp_path / "cut"), "--trainer.callbacks+=signal_injector.SignalAt",
-                   "--trainer.callbacks.step=3", "--trainer.callbacks.signal_name=TERM"]
+                   "--trainer.callbacks.step=1", "--trainer.callbacks.signal_name=TERM"]
     killed = cli_process(interrupted, tmp_path, subprocess_env, check=False, prefork=prefork)
     assert killed.returncode == 128 + signal.SIGTERM, killed.stderr[-3000:]
     hint = re.search(r"resume with: lit-unlearn (.*)$", killed.stdout, re.M)
@@ -131,8 +132,9 @@ def test_sigterm_mid_run_then_the_printed_resume_command_ends_on_the_uninterrupt
     assert "--ckpt_path last" in (REPO / "README.md").read_text()  # what the README tells a user to add
     resumed = cli_process(shlex.split(hint.group(1)), tmp_path, subprocess_env, prefork=prefork)
     assert "resum" in resumed.stdout.lower()
-    a = network_state(finished_run(tmp_path / "straight", "graddiff")["final_checkpoint"])
-    b = network_state(finished_run(tmp_path / "cut", "graddiff")["final_checkpoint"])
+    a_run, b_run = finished_run(tmp_path / "straight", "hamu"), finished_run(tmp_path / "cut", "hamu")
+    assert a_run["global_step"] == b_run["global_step"] >= 2
+    a, b = network_state(a_run["final_checkpoint"]), network_state(b_run["final_checkpoint"])
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -262,12 +264,15 @@ def test_the_job_under_zero3_on_two_cpu_processes_exports_the_one_process_update
     b = AutoModelForCausalLM.from_pretrained(finished_run(tmp_path / "zero3", "graddiff")["final_model"]).state_dict()
     compared, moved = assert_same_update(a, b, start, tol=1e-3)
     assert compared == len(a) and moved > compared // 2
-    # the verdict the run pointed at, on the exported model, from the user's own files
+    # the verdict the run pointed at, on the exported model, from the user's own files (one relearning condition
+    # and given margins: the own-file path is under test here; the README test gives the calibrated full verdict)
     files = readme_files(command)
+    (tmp_path / "quick_audit.yaml").write_text("relearn_lrs: [1.0e-3]\nrelearn_steps: [10]\ndelta: 0.3\n"
+                                               "delta_author: 0.4\nn_boot: 200\n")
     audit = cli_here(["audit", "--model", finished_run(tmp_path / "zero3", "graddiff")["final_model"], "--forget",
                       files["forget"], "--holdout", files["holdout"], "--columns", "question=prompt,answer=completion",
-                      "--target", files["model_dir"], "--out", str(tmp_path / "audit"), "--device", "cpu"], job,
-                     check=True)
+                      "--target", files["model_dir"], "--out", str(tmp_path / "audit"), "--device", "cpu",
+                      "--config", str(tmp_path / "quick_audit.yaml")], job, check=True)
     assert "AUDIT: " in audit.stdout and "paraphrase probe is skipped" in audit.stdout
     assert json.loads((tmp_path / "audit/audit.json").read_text())["results"]["target"]["verdict"]["parts"]
 
