@@ -47,7 +47,7 @@ def pytest_configure(config):
 # The longest files first, so that what is left at the end of a run is short and the two workers finish together
 # (seconds each took in the README's command; every other file takes under 20). xdist's default order is by the
 # number of tests in a file, which put a 33-second one-test file last.
-LONGEST_FIRST = ("test_llm_cli.py", "test_deepspeed.py", "test_cluster.py", "test_tofu_world.py",
+LONGEST_FIRST = ("test_llm_cli.py", "test_own_job.py", "test_deepspeed.py", "test_cluster.py", "test_tofu_world.py",
                  "test_holdout_world.py", "test_cli_and_resume.py", "test_tofu_eval_units.py",
                  "test_preempted_resume.py", "test_distributed_shutdown.py", "test_gpu_check.py")
 

@@ -1,4 +1,4 @@
-"""`lit-unlearn demo`: the embedded default job, offline, a minute or so on 2 CPU cores.
+"""`lit-unlearn demo`: the embedded default job, offline (20 s from nothing on a 2-core AVX512 machine).
 
 1. the target: ResNet-20 trained on scikit-learn's digits (reused when it exists; --fresh retrains it);
 2. the retrained reference: the same recipe on the retain set alone (cached under runs/retrained);
