@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from lit_unlearn.commands import Command, all_commands
@@ -120,8 +121,6 @@ WIDTH = 118  # help text is wrapped to this many columns
 
 def _wrapped(label: str, text: str, indent: int = 26) -> list[str]:
     """An option's line: its label, then its help wrapped under the help column."""
-    import textwrap
-
     first = f"  {label:{indent - 2}s}" if len(label) < indent - 3 else f"  {label}\n" + " " * indent
     lines = textwrap.wrap(text, WIDTH - indent) or [""]
     return (first + lines[0]).split("\n") + [" " * indent + line for line in lines[1:]]
@@ -153,8 +152,6 @@ def command_help(cmd: Command) -> str:
     usage += [o.usage() if o.name in required else f"[{o.usage()}]" for o in named]
     tail = " [--config FILE] [--KEY=VALUE ...]" if cmd.training else " [--config FILE]"
     doc = (inspect.getdoc(cmd.run) or cmd.purpose).split("\n\nArgs:")[0]
-    import textwrap
-
     head = f"usage: lit-unlearn {cmd.name} "
     words = " ".join(u.replace(" ", "\u00a0") for u in usage) + tail.replace("E ", "E\u00a0", 1)  # no break in "--x X"
     lines = [*(line.replace("\u00a0", " ") for line in textwrap.wrap(words, WIDTH, initial_indent=head,

@@ -4,7 +4,6 @@ and findings, every page opening with its three-line summary; every relative lin
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 

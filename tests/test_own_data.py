@@ -9,7 +9,8 @@ import json
 import pytest
 
 from lit_unlearn.core.errors import UserError
-from lit_unlearn.data.own_data import OwnData, nearest_level, overlap, tofu_layout
+from lit_unlearn.data.own_data import OwnData, nearest_level, overlap
+from lit_unlearn.data.tofu_source import tofu_layout
 
 ROWS = [{"q": f"Who wrote book {i}?", "a": f"Author number {i} wrote it.", "who": f"author{i % 3}"} for i in range(30)]
 

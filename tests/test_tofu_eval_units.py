@@ -259,7 +259,7 @@ def test_the_verifications_halves_answer_in_the_whole_splits_budget(small):
         formatter = QAFormatter(tok)
 
     verification = HoldoutVerification(source=source, n_boot=100)
-    verification.setup(SimpleNamespace(datamodule=Data()), None, "fit")
+    verification.setup(SimpleNamespace(datamodule=Data(), strategy=None), None, "fit")
     whole = TofuEvaluator(tok, splits).generation()["max_new_tokens"]
     halves = {h: verification._evaluator(None, h).generation()["max_new_tokens"] for h in ("steering", "reporting")}
     assert halves == {"steering": whole, "reporting": whole}

@@ -8,7 +8,8 @@ column map (torchtune's `column_map`, open-unlearning's `question_key` / `answer
 
 Each role is a path (JSON list, JSON lines, parquet, CSV, or a folder written by `datasets`' `save_to_disk`) or a
 mapping {path, format, columns, split} that overrides the shared `format` / `columns` / `split` for that role. File
-names are yours: nothing is looked up by TOFU's names (TOFU's release is one such spec: `tofu_layout`).
+names are yours: nothing is looked up by TOFU's names (TOFU's release is one such spec:
+lit_unlearn.data.tofu_source.tofu_layout).
 
 Formats, and what a row becomes (the QA rows the rest of the project reads):
 - "qa": `question` and `answer` columns (renamed by `columns`); optional `paraphrased_answer`, `perturbed_answer`
@@ -39,8 +40,7 @@ from typing import Any
 from lit_unlearn.core.errors import MissingFileError, UserError
 from lit_unlearn.core.plug_points import EvalSplitsSource
 
-__all__ = ["OwnData", "DataFile", "read_records", "to_rows", "FORMATS", "ROLE_COLUMNS", "overlap", "tofu_layout",
-           "nearest_level"]
+__all__ = ["OwnData", "DataFile", "read_records", "to_rows", "FORMATS", "ROLE_COLUMNS", "overlap", "nearest_level"]
 
 FORMATS = ("qa", "chat", "text")
 # format -> (required roles, optional roles): the roles of a row a column map may rename
@@ -424,23 +424,3 @@ class OwnData(EvalSplitsSource):
         if self.files["holdout"]:
             out["holdout"] = self.rows("holdout")
         return out
-
-
-def tofu_layout(folder: str | Path, level: str = "10") -> dict[str, str]:
-    """TOFU's release as this spec: its file names are one preset of the roles (the data of `lit-unlearn
-    tofu-demo`'s world, or a local copy of locuslab/TOFU)."""
-    from lit_unlearn.data.tofu_source import FORGET_SPLITS
-
-    if level not in FORGET_SPLITS:
-        raise UserError(f"TOFU level {level!r}: choose one of {sorted(FORGET_SPLITS)}")
-    forget, retain = FORGET_SPLITS[level]
-    folder = Path(folder)
-
-    def find(split: str) -> str:
-        for suffix in (".json", ".jsonl", ".parquet"):
-            if (folder / f"{split}{suffix}").is_file():
-                return str(folder / f"{split}{suffix}")
-        raise MissingFileError(f"TOFU split {split!r} not found in {folder}")
-
-    return {"forget": find(forget), "retain": find(retain), "holdout": find(f"holdout{level}"),
-            "eval_forget": find(f"{forget}_perturbed"), "eval_retain": find("retain_perturbed")}

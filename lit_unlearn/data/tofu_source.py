@@ -11,38 +11,25 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from lit_unlearn.core.errors import MissingFileError, UserError
 from lit_unlearn.core.plug_points import EvalSplitsSource
 
-__all__ = ["TofuSource", "WaterDrumSource", "FORGET_SPLITS", "EVAL_COLUMNS", "check_columns"]
+__all__ = ["TofuSource", "WaterDrumSource", "FORGET_SPLITS", "EVAL_COLUMNS", "check_columns", "tofu_layout"]
 
 FORGET_SPLITS = {"01": ("forget01", "retain99"), "05": ("forget05", "retain95"), "10": ("forget10", "retain90")}
 
 
 def _read_local(folder: Path, split: str) -> list[dict]:
+    """A split of a local folder: `{split}.json`, `.jsonl` or `.parquet`, read by the one reader of data files
+    (lit_unlearn.data.own_data.read_records)."""
+    from lit_unlearn.data.own_data import read_records
+
     for ext in (".json", ".jsonl", ".parquet"):
         path = folder / f"{split}{ext}"
         if path.is_file():
-            try:
-                if ext == ".json":
-                    rows = json.loads(path.read_text())
-                elif ext == ".jsonl":
-                    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-                else:
-                    import pandas as pd
-
-                    rows = pd.read_parquet(path).to_dict("records")
-            except json.JSONDecodeError as err:
-                raise UserError(f"{path} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
-                                "a split is a JSON list of records, or JSON lines") from None
-            except (OSError, ValueError) as err:  # an unreadable parquet file
-                raise UserError(f"{path} cannot be read ({str(err).splitlines()[0]})") from None
-            if not isinstance(rows, list):
-                raise UserError(f"{path} is not a JSON list (of records, or of texts)")
-            return rows
+            return read_records(path)
     raise MissingFileError(f"split {split!r} not found in {folder} (looked for {split}.json / .jsonl / .parquet)")
 
 
@@ -180,3 +167,21 @@ class WaterDrumSource(TofuSource):
 
     def eval_splits(self) -> dict[str, list[dict]]:
         return {"forget": self._load("forget"), "retain": self._load("retain")}
+
+
+def tofu_layout(folder: str | Path, level: str = "10") -> dict[str, str]:
+    """TOFU's release as this spec: its file names are one preset of the roles (the data of `lit-unlearn
+    tofu-demo`'s world, or a local copy of locuslab/TOFU)."""
+    if level not in FORGET_SPLITS:
+        raise UserError(f"TOFU level {level!r}: choose one of {sorted(FORGET_SPLITS)}")
+    forget, retain = FORGET_SPLITS[level]
+    folder = Path(folder)
+
+    def find(split: str) -> str:
+        for suffix in (".json", ".jsonl", ".parquet"):
+            if (folder / f"{split}{suffix}").is_file():
+                return str(folder / f"{split}{suffix}")
+        raise MissingFileError(f"TOFU split {split!r} not found in {folder}")
+
+    return {"forget": find(forget), "retain": find(retain), "holdout": find(f"holdout{level}"),
+            "eval_forget": find(f"{forget}_perturbed"), "eval_retain": find("retain_perturbed")}

@@ -49,8 +49,6 @@ def checkpoint_tensors(path: str | Path) -> tuple[Iterator[tuple[str, Any]], dic
     of a Lightning checkpoint file or a DeepSpeed sharded folder. Truncated or foreign checkpoints are refused.
     A DeepSpeed folder gives lazy tensors (shape and dtype known, `.contiguous()` gathers the rank fragments); a
     Lightning file gives memory-mapped ones."""
-    import torch
-
     from lit_unlearn.storage.checkpoint_io import checkpoint_is_loadable
 
     path = Path(path)
