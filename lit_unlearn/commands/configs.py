@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from lit_unlearn.commands import command
 
+# how the configs of a kind no command runs are used
+NAMED_BY = {"base": "named by `# extends:` lines only", "setup": "added after a preset by `lit-unlearn unlearn --setup NAME`"}
+
 
 @command("configs", "list the packaged configs by kind: which command runs each, what it is, where it is", order=95)
 def configs(kind: str | None = None) -> None:
@@ -22,7 +25,7 @@ def configs(kind: str | None = None) -> None:
     for k, (what, commands) in KINDS.items():
         if kind not in (None, k):
             continue
-        runs = " / ".join(f"lit-unlearn {c} --preset NAME" for c in commands) or "named by `# extends:` lines only"
+        runs = " / ".join(f"lit-unlearn {c} --preset NAME" for c in commands) or NAMED_BY[k]
         print(f"{k}: {what} ({runs})")
         for name, _, purpose, path in describe_configs(k):
             print(f"  {name:32s} {purpose}\n  {'':32s} {path}")

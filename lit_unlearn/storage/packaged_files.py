@@ -33,7 +33,7 @@ KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "experiment": ("an experiment suite", ("experiment",)),
     "audit": ("the attacks of an audit", ("audit",)),
     "distill": ("the distillation stage after unlearning", ("unlearn", "tofu-demo")),
-    "setup": ("hardware settings added after a preset (`--setup NAME`)", ()),
+    "setup": ("hardware settings", ()),
 }
 
 
