@@ -84,8 +84,10 @@ def test_min_k_rounding_and_moment_form():
     logp = torch.log_softmax(logits, -1)
     mu = (logp.exp() * logp).sum(-1)
     var = (logp.exp() * logp**2).sum(-1) - mu**2
+    # min_k_plus_plus_score takes its moments in float32 (as the evaluator does): the two agree to float32's
+    # resolution; measured 1.5e-6 apart under ATEN_CPU_CAPABILITY=default, under 1e-6 with AVX2 and AVX512
     assert tofu_math.min_k_plus_plus_from_moments(lp, mu, var) == pytest.approx(
-        tofu_math.min_k_plus_plus_score(lp, logits))
+        tofu_math.min_k_plus_plus_score(lp, logits), rel=1e-5)
 
 
 def test_restore_order_inverts_the_rank_interleaved_gather():
