@@ -103,3 +103,46 @@ def test_zero_step_size_does_not_move():
     with pytest.raises(ValueError, match="horizon"):
         steer(rr, ff, rf, distance=1.0, horizon=0, eta=0.1)
     assert not math.isnan(steer(rr, ff, rf, distance=math.nan, horizon=5, eta=0.1).eta)
+
+
+def test_a_reachable_share_quota_binds_the_step_at_exactly_its_share():
+    """quota_units='reachable': Q = share × the forget gain the step can reach without raising the retain loss. On
+    constructed statistics where every block's gradients conflict (g_r·g_f > 0, so retain descent alone forgets
+    nothing), the step's first-order forget gain is exactly Q, each block on the constrained branch, and the κ₂ rule
+    (reachable < Q) fires only when the share passes 1."""
+    import torch
+
+    from lit_unlearn.algorithms.hamu import Branch, hamu_step
+    from lit_unlearn.algorithms.quota import reachable_gain
+
+    g = torch.Generator().manual_seed(3)
+    rr = torch.rand(6, generator=g, dtype=torch.float64) + 0.5
+    ff = torch.rand(6, generator=g, dtype=torch.float64) + 0.5
+    rf = 0.6 * (rr * ff).sqrt()                      # cos 0.6 in every block: a conflict
+    eta = 0.1
+    reach = reachable_gain(rr, ff, rf, eta=eta, clip_norm=None)
+    for share in (0.25, 0.5, 0.9):
+        quota = share * reach
+        step = hamu_step(rr, ff, rf, eta=eta, quota=quota, clip_norm=None, allocation="norm_product")
+        assert float(step.pred_delta_forget) == pytest.approx(quota, rel=1e-9)
+        assert float(step.pred_delta_forget) > 0 and not step.irreconcilable
+        assert all(b in (Branch.CORRECTED, Branch.COLINEAR) for b in step.solution.branch.tolist())
+    over = hamu_step(rr, ff, rf, eta=eta, quota=1.2 * reach, clip_norm=None)
+    assert over.irreconcilable
+
+
+def test_the_module_asks_its_reachable_share_each_step():
+    """HAMUModule(quota_units='reachable', quota=0.5): the logged quota is half the logged reachable gain, and a share
+    outside (0, 1] or variant U is refused in one line."""
+    from helpers import digits_dm, quick_trainer, tiny_mlp
+    from lit_unlearn.core.errors import UserError
+    from lit_unlearn.modules import HAMUModule
+
+    module = HAMUModule(tiny_mlp(), eta=0.05, quota=0.5, quota_units="reachable", clip_norm=1.0)
+    trainer = quick_trainer(1, limit_val_batches=0)
+    trainer.fit(module, digits_dm())
+    logged = trainer.callback_metrics
+    assert float(logged["hamu/quota"]) == pytest.approx(0.5 * float(logged["hamu/reachable_gain"]), rel=1e-5)
+    for bad in (dict(quota=1.5), dict(quota=0.5, variant="U")):
+        with pytest.raises(UserError):
+            HAMUModule(tiny_mlp(), eta=0.05, quota_units="reachable", **{"quota": 0.5, **bad})

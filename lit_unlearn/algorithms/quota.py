@@ -5,6 +5,9 @@ On the raw gradient that is G_f·δ ≥ Q/s_f: a fixed Q asks for a first-order 
 per step once ‖G_f‖ > c, and ‖G_f‖ grows as forgetting proceeds, so each step asks more than the last.
 
 - Raw units: the user's quota q is the raw increase; the clipped quota is Q = s_f·q.
+- Reachable units (a named option, not the paper's): q ∈ (0, 1] is a share of G(η) below, Q_t = q·G(η) each step,
+  so that the constraint binds (a fixed Q far below G leaves every step on the retain-descent branch) and the κ₂
+  rule meets the regime it is for.
 - Feasibility: with block weights w_i (Q_i = Q·w_i, Σw_i = 1) and R_i = η‖a_i‖, block i is feasible iff
   Q·w_i ≤ R_i‖b_i‖, so every block is iff Q ≤ min_i R_i‖b_i‖/w_i over blocks with w_i > 0. For the ‖g‖-product
   allocation this is one number, η·Σ_i‖g_r⁽ⁱ⁾‖‖g_f⁽ⁱ⁾‖.
@@ -39,7 +42,7 @@ from lit_unlearn.algorithms.hamu import allocate_quota, clip_scales
 __all__ = ["QUOTA_UNITS", "Steering", "forget_clip_scale", "predicted_forget_gain", "quota_limit", "reachable_gain",
            "raw_to_clipped_quota", "steer"]
 
-QUOTA_UNITS = ("clipped", "raw")
+QUOTA_UNITS = ("clipped", "raw", "reachable")
 
 
 def forget_clip_scale(ff_total: Tensor | float, clip_norm: float | None) -> float:

@@ -54,7 +54,7 @@ from lit_unlearn.algorithms import (
 )
 from lit_unlearn.algorithms.fused_passes import fused_combine_into, fused_tensor_stats
 from lit_unlearn.algorithms.preconditioning import DiagonalPreconditioner
-from lit_unlearn.algorithms.quota import QUOTA_UNITS, raw_to_clipped_quota
+from lit_unlearn.algorithms.quota import QUOTA_UNITS, raw_to_clipped_quota, reachable_gain
 from lit_unlearn.algorithms.forget_objectives import FORGET_OBJECTIVES, npo_gain, profile_gain
 from lit_unlearn.algorithms.forget_objectives import READS as FORGET_READS
 from lit_unlearn.algorithms.losses import sequence_logprob
@@ -123,7 +123,9 @@ class HAMUModule(UnlearningModule, QuotaSteered, UpdateGuarded, HardnessRecorded
                 the ball allows) or are left untouched ("skip"). Either way they are counted and logged.
             quota_units: "clipped" (the paper's: Q is met by the clipped gradients, so the raw forget-loss
                 increase asked per step is Q·‖G_f‖/clip_norm and grows with ‖G_f‖) or "raw" (Q is the raw
-                first-order forget-loss increase per step). A `QuotaController` callback overrides both.
+                first-order forget-loss increase per step) or "reachable" (a named option: `quota` is a share in
+                (0, 1] of the forget gain the step can reach without raising the retain loss, recomputed every step,
+                so the constraint binds). A `QuotaController` callback overrides all three.
             forget_ceiling: None (the paper's L_f and L_r), a number c, or "holdout" (c = the model's mean NLL on
                 the holdout items of the run's HoldoutVerification, re-read every step): L_f becomes
                 mean_i min(NLL_i, c) and the items past c join L_r (see the module docstring).
@@ -173,6 +175,11 @@ class HAMUModule(UnlearningModule, QuotaSteered, UpdateGuarded, HardnessRecorded
         if forget_ceiling is not None and forget_ceiling != "holdout" and not (
                 isinstance(forget_ceiling, (int, float)) and math.isfinite(forget_ceiling) and forget_ceiling > 0):
             raise UserError(f"forget_ceiling must be a positive number, 'holdout' or None, got {forget_ceiling!r}")
+        if quota_units == "reachable" and variant != "Q":
+            raise UserError("quota_units='reachable' shares the forget gain HAMU-Q can reach: use variant='Q'")
+        if quota_units == "reachable" and not 0 < quota <= 1:
+            raise UserError(f"quota_units='reachable' takes quota as a share of the reachable gain, in (0, 1]; got "
+                            f"{quota}")
         if quota >= eta and quota_units == "clipped":
             # With clipped gradients the largest reachable first-order gain per step is η·Σ‖g_r⁽ⁱ⁾‖‖g_f⁽ⁱ⁾‖ ≤ η.
             warnings.warn(f"quota={quota} ≥ eta={eta}: the quota can never be met after clipping (needs Q < η); "
@@ -394,6 +401,8 @@ class HAMUModule(UnlearningModule, QuotaSteered, UpdateGuarded, HardnessRecorded
             return float(quota), float(eta)
         if self.quota_units == "raw":
             return raw_to_clipped_quota(self.quota, ff.sum(), self.clip_norm), self.eta
+        if self.quota_units == "reachable":
+            return self.quota * reachable_gain(rr, ff, rf, eta=self.eta, clip_norm=self.clip_norm), self.eta
         return self.quota, self.eta
 
     @staticmethod

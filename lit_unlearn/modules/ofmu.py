@@ -4,11 +4,15 @@ Round k on a fixed (retain, forget) batch pair:
   inner: T steps of gradient ascent θ ← θ + η_in·∇Φ(θ),  Φ = L_f − β·cos(∇L_f, ∇L_r);
   outer: θ ← θ − η_out·(∇L_r + 2ρ_k·∇²Φ·∇Φ) at the inner result.
 
-The paper's form is the default. Two changes to it are named options, off by default
-(docs/findings/ofmu.md, "The paper's form, and two named options", measures what each changes):
-- `outer_clip="separate"` clips the outer direction's two terms separately instead of their sum ("joint", the
-  paper's single clip): clipping the sum lets the penalty term, whose norm grows with ρ_k and the Hessian, crowd the
-  retain descent out of a fixed-size step;
+The paper's form is the default: no clip anywhere (`inner_clip_norm` and `outer_clip_norm` None), the exact HVP.
+Every change to it is a named option, off by default (docs/findings/ofmu.md measures what each changes):
+- `inner_clip_norm` / `outer_clip_norm`: safety clips, not in the paper. With `outer_clip="joint"` the outer direction
+  ∇L_r + 2ρ∇²Φ∇Φ is clipped as one vector; with `outer_clip="separate"` each term on its own, so that the penalty,
+  whose norm grows with ρ_k and the Hessian, cannot crowd the retain descent out of a fixed-size step. The scale a
+  clip applied is logged (`ofmu/outer_clip_scale`, 1 when it did not bind);
+- `hvp="finite_difference"`: first-order gradients only (the affordable form at 7B, under ZeRO); its agreement with
+  the exact product is checked every `hvp_check_every_n_steps` rounds where the model allows double backward
+  (`ofmu/hvp_fd_cos`, `ofmu/hvp_fd_norm_ratio`);
 - `forget_ceiling` bounds the inner objective: the forget term of Φ is flat past a ceiling on L_f (a number, or
   "holdout": the current model's mean NLL on holdout items it never saw, from the run's HoldoutVerification), so the
   inner ascent stops where unseen data of the same kind is. Nothing here reads a retain-only model.
@@ -58,7 +62,7 @@ class OFMUModule(UnlearningModule, RhoScheduled):
                  outer_lr: float = 1e-3, rho: float = 1.0, hvp: str = "autograd", fd_step: float = 1e-3,
                  stationarity_tol: float | None = None, inner_clip_norm: float | None = None,
                  outer_clip_norm: float | None = None, outer_clip: str = "joint",
-                 forget_ceiling: float | str | None = None, **kwargs) -> None:
+                 forget_ceiling: float | str | None = None, hvp_check_every_n_steps: int = 0, **kwargs) -> None:
         """
         Args:
             inner_steps: T, gradient-ascent steps on Φ per outer round (0: outer step only).
@@ -73,11 +77,15 @@ class OFMUModule(UnlearningModule, RhoScheduled):
             inner_clip_norm, outer_clip_norm: scale ∇Φ (inner) and the outer direction's terms down to this global
                 norm (None: off). The cosine's gradient grows like ‖H‖/‖g‖, so a well-fit target (small
                 gradients) gives large ∇Φ and much larger HVPs; clipping keeps the first rounds stable.
-            outer_clip: "joint" (the paper's) clips ∇L_r + 2ρ∇²Φ∇Φ to outer_clip_norm; "separate" clips each
-                term on its own (the retain descent keeps its share; the penalty can crowd it out of a joint clip).
+            outer_clip: with outer_clip_norm set (a safety clip; the paper has none): "joint" clips
+                ∇L_r + 2ρ∇²Φ∇Φ as one vector, "separate" each term on its own (the retain descent keeps its share;
+                the penalty can crowd it out of a joint clip).
             forget_ceiling: bound the inner objective, Φ_c = min(L_f, c) − β·cos: a number c, "holdout" (the
                 current model's mean NLL on the holdout items of the run's HoldoutVerification, re-read every
                 round), or None (unbounded, the paper's form).
+            hvp_check_every_n_steps: with hvp="finite_difference", every n rounds also compute the exact (autograd)
+                product at the outer point and log how far the finite-difference one is from it (ofmu/hvp_fd_cos,
+                ofmu/hvp_fd_norm_ratio), to choose fd_step; 0: never. One process, unsharded, only.
         """
         super().__init__(network, **kwargs)
         if inner_steps < 0:
@@ -104,6 +112,9 @@ class OFMUModule(UnlearningModule, RhoScheduled):
                 isinstance(forget_ceiling, (int, float)) and math.isfinite(forget_ceiling) and forget_ceiling > 0):
             raise UserError(f"forget_ceiling must be a positive number, {HOLDOUT!r} or None, got {forget_ceiling!r}")
         self.outer_clip, self.forget_ceiling = outer_clip, forget_ceiling
+        if hvp_check_every_n_steps < 0:
+            raise UserError(f"hvp_check_every_n_steps must be ≥ 0, got {hvp_check_every_n_steps}")
+        self.hvp_check_every_n_steps = hvp_check_every_n_steps
         self._ceiling: float | None = None if forget_ceiling in (None, HOLDOUT) else float(forget_ceiling)
         self._holdout_source = None
         self.stationary_at: int | None = None
@@ -118,6 +129,10 @@ class OFMUModule(UnlearningModule, RhoScheduled):
         if world > 1 and self.hvp == "autograd":
             raise UserError("hvp='autograd' differentiates per-process gradient graphs, which data parallelism "
                              "does not synchronise: use hvp='finite_difference' with more than one process")
+        if self.hvp_check_every_n_steps and (world > 1 or self.zero_stage):
+            raise UserError("hvp_check_every_n_steps needs the exact product, which one unsharded process alone can "
+                            "compute: check the finite differences on one process (a few layers of the model if it "
+                            "does not fit), then run sharded with the fd_step the check chose")
         if self.forget_ceiling == HOLDOUT and self._trainer is not None:
             self._holdout_source = plug_point(self.trainer.callbacks, HoldoutLossSource,
                                               "OFMU forget_ceiling='holdout'", "add lit_unlearn.callbacks."
@@ -180,6 +195,22 @@ class OFMUModule(UnlearningModule, RhoScheduled):
 
         return pg.grad, fd_hvp(phi_grad_at, pg.grad, self.fd_step, reduce=self._reduce), pg
 
+    def hvp_check(self, retain_batch, forget_batch) -> dict[str, float]:
+        """The finite-difference ∇²Φ·∇Φ (with this module's fd_step) against the exact one at the current weights:
+        the cosine between them and the ratio of their norms (1 and 1 when the step h is right)."""
+        mode = self.hvp
+        try:
+            self.hvp = "autograd"
+            _, exact, _ = self.phi_hvp(retain_batch, forget_batch)
+            self.hvp = "finite_difference"
+            _, approx, _ = self.phi_hvp(retain_batch, forget_batch)
+        finally:
+            self.hvp = mode
+        with torch.no_grad():
+            dot = sum(float((a.double() * b.double()).sum()) for a, b in zip(approx, exact))
+            na, nb = float(norm(approx, self._reduce)), float(norm(exact, self._reduce))
+        return {"ofmu/hvp_fd_cos": dot / max(na * nb, 1e-300), "ofmu/hvp_fd_norm_ratio": na / max(nb, 1e-300)}
+
     @property
     def weights(self) -> ShardedWeights:
         """The weights as this rank holds them (made at first use: the DeepSpeed engine exists only then)."""
@@ -219,6 +250,10 @@ class OFMUModule(UnlearningModule, RhoScheduled):
             scale = clip_scale(pg.grad, self.inner_clip_norm, self._reduce)
             weights.shift(pg.grad, self.inner_lr * scale)  # ascent on Φ
 
+        check = {}
+        if self.hvp == "finite_difference" and self.hvp_check_every_n_steps and \
+                self.global_step % self.hvp_check_every_n_steps == 0:
+            check = self.hvp_check(retain_batch, forget_batch)
         grad_phi, hvp, pg = self.phi_hvp(retain_batch, forget_batch)
         views = weights.local_views()
         retain = [g.to(v.dtype).reshape(v.shape) for v, g in zip(views, pg.grad_retain)]
@@ -227,10 +262,12 @@ class OFMUModule(UnlearningModule, RhoScheduled):
             a = clip_scale(retain, self.outer_clip_norm, self._reduce)
             b = clip_scale(penalty, self.outer_clip_norm, self._reduce)
             outer = [a * r + b * q for r, q in zip(retain, penalty)]
-        else:  # the sum clipped as one direction (the paper's form)
+            clip_applied = min(float(a), float(b))
+        else:  # the sum as one direction, clipped only where outer_clip_norm is set (the paper: no clip)
             outer = [r + q for r, q in zip(retain, penalty)]
             outer_scale = clip_scale(outer, self.outer_clip_norm, self._reduce)
             outer = [outer_scale * d for d in outer]
+            clip_applied = float(outer_scale)
         diagnose = self.should_compute_diagnostics(steps_ahead=1)  # asked as after opt.step(), as it always was
         if diagnose:  # how far the inner ascent moved the weights, beside the outer step's length (docs/guide/ofmu.md)
             with torch.no_grad():
@@ -256,13 +293,14 @@ class OFMUModule(UnlearningModule, RhoScheduled):
             self.print_once(f"OFMU: ‖∇Φ‖ = {grad_norm:.3g} < {self.stationarity_tol} after {self.global_step} "
                             "rounds (stationary); stopping")
         if not diagnose:
-            return {}
+            return check
         outer_norm = float(norm(outer, self._reduce))
         logs = {"ofmu/grad_phi_norm": grad_norm, "ofmu/hvp_norm": float(norm(hvp, self._reduce)), "ofmu/rho": self.rho,
                 "ofmu/outer_norm": outer_norm, "ofmu/inner_shift_norm": inner_shift,
                 "ofmu/outer_step_norm": self.outer_lr * outer_norm,
                 "ofmu/retain_grad_norm": float(norm(retain, self._reduce)),
                 "ofmu/penalty_norm": float(norm(penalty, self._reduce)),
+                "ofmu/outer_clip_scale": clip_applied, **check,
                 "ofmu/cosine": float(pg.cosine), "train/forget_loss": float(pg.loss_forget),
                 "train/retain_loss": float(pg.loss_retain), "ofmu/phi": float(pg.loss_forget - self.beta * pg.cosine)}
         if inner_phi:
