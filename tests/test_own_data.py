@@ -99,3 +99,16 @@ def test_a_misstated_spec_is_one_line(tmp_path, spec, needle):
     with pytest.raises(UserError) as err:
         OwnData(**base)
     assert needle in str(err.value)
+
+
+def test_a_holdout_item_the_model_saw_is_refused(tmp_path):
+    forget = _write(tmp_path, "jsonl", ROWS[:10], "f")
+    retain = _write(tmp_path, "jsonl", ROWS[10:20], "r")
+    holdout = _write(tmp_path, "jsonl", ROWS[20:] + ROWS[12:13], "h")  # one retain item among them
+    qa = {"question": "q", "answer": "a"}
+    source = OwnData(forget=str(forget), retain=str(retain), holdout=str(holdout), columns=qa)
+    with pytest.raises(UserError) as err:
+        source.check()
+    assert "1 holdout item(s) also stand in the forget or retain set" in str(err.value)
+    clean = _write(tmp_path, "jsonl", ROWS[20:], "h2")
+    assert OwnData(forget=str(forget), retain=str(retain), holdout=str(clean), columns=qa).check() is not None
