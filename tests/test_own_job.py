@@ -258,6 +258,7 @@ def test_the_job_under_zero3_on_two_cpu_processes_exports_the_one_process_update
     zero3 = cli_process([*command, "--out", str(tmp_path / "zero3"), "--setup", "zero3", *cpu], job, subprocess_env,
                         prefork=prefork)
     assert "no verdict in this run: the weights are ZeRO-3 partitioned" in zero3.stdout
+    assert "each of the 2 processes computes 4 retain + 4 forget items per step (the global 8 + 8)" in zero3.stdout
     assert "lit-unlearn audit" in zero3.stdout and one.returncode == 0
     start = AutoModelForCausalLM.from_pretrained(job / "my-model").state_dict()
     a = AutoModelForCausalLM.from_pretrained(finished_run(tmp_path / "one", "graddiff")["final_model"]).state_dict()

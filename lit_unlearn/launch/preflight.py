@@ -99,15 +99,21 @@ def _world_size(trainer: dict) -> int | None:
     return None if devices is None else devices * int(nodes)
 
 
-def check_batches(trainer: dict, data: dict) -> None:
-    """The global batches split evenly over every process (each rank takes its slice of the same global batch)."""
+def check_batches(trainer: dict, data: dict) -> list[str]:
+    """The global batches split evenly over every process (each rank takes its slice of the same global batch, in
+    one pass: there is no gradient accumulation); a note says each process's share when there are several."""
     world = _world_size(trainer)
     args = _init_args(data)
-    for name in ("retain_batch_size", "forget_batch_size"):
-        size = args.get(name)
+    sizes = {name: args.get(name) for name in ("retain_batch_size", "forget_batch_size")}
+    for name, size in sizes.items():
         if world and isinstance(size, int) and size % world:
             raise UserError(f"data.init_args.{name}={size} is a global batch, split over {world} processes (devices x "
                             f"num_nodes): make it a multiple of {world}")
+    if world and world > 1 and all(isinstance(v, int) for v in sizes.values()):
+        r, f = sizes["retain_batch_size"], sizes["forget_batch_size"]
+        return [f"each of the {world} processes computes {r // world} retain + {f // world} forget items per step "
+                f"(the global {r} + {f})"]
+    return []
 
 
 def check_data(data: dict) -> list[str]:
@@ -164,8 +170,8 @@ def preflight(config: dict) -> list[str]:
         elif _init_args(network).get("config") is None:
             raise UserError("no model: give --model-dir DIR (your Hugging Face model folder), or "
                             "model.init_args.network.init_args.name_or_path in your YAML")
-    check_batches(trainer, config.get("data") or {})
-    notes = check_data(config.get("data") or {})
+    notes = check_batches(trainer, config.get("data") or {})
+    notes += check_data(config.get("data") or {})
     _references(trainer.get("callbacks") or [])
     logger = trainer.get("logger")
     loggers = logger if isinstance(logger, list) else [logger]
