@@ -106,7 +106,7 @@ def score_case(worlds: str, seed: int, level: str, model: str) -> None:
         row = {"forget_groups": [str(g) for g in items.forget_groups],
                "holdout_groups": [str(g) for g in items.holdout_groups], "conditions": {}}
         for mode in ("relative", "raw"):
-            verdict = runner.judge(scored, half, mode=mode)
+            verdict = runner.judge(scored, half, mode=mode, power=False)  # margins need the reaches only
             for condition, v in verdict.verdicts.items():
                 entry = row["conditions"].setdefault(condition, {})
                 authors = {a: {str(author): va.intervals[a].deviation() for author, va in v.authors.items()}
@@ -256,9 +256,9 @@ def pass_rates(cases: list[dict], mode: str, margins: dict | None, best: dict | 
 
 
 def author_share(cases: list[dict], attack: str, mode: str = "relative") -> float:
-    """The share of an attack's per-item variance (relative scores, the model as it is) that lies between authors:
-    one-way ANOVA's estimate, averaged over the cases' sides and halves, clipped to [0, 0.95]."""
-    import numpy as np
+    """The share of an attack's per-item variance (the model as it is) that lies between authors
+    (lit_unlearn.verification.verdict_power.author_share), averaged over the cases' sides and halves."""
+    from lit_unlearn.verification.verdict_power import author_share as share_of
 
     shares = []
     for case in cases:
@@ -266,68 +266,27 @@ def author_share(cases: list[dict], attack: str, mode: str = "relative") -> floa
             entry = half["conditions"]["none"][mode]
             for side, groups in (("forget", half["forget_groups"]), ("holdout", half["holdout_groups"])):
                 values = entry["items"][side].get(attack)
-                if values is None or len(set(groups)) < 2:
-                    continue
-                x = np.asarray(values, dtype=np.float64)
-                g = np.asarray(groups)
-                names = list(dict.fromkeys(groups))
-                means = np.array([x[g == n].mean() for n in names])
-                sizes = np.array([(g == n).sum() for n in names])
-                within = sum(((x[g == n] - m) ** 2).sum() for n, m in zip(names, means)) / (len(x) - len(names))
-                between = (sizes * (means - x.mean()) ** 2).sum() / (len(names) - 1)
-                n0 = (len(x) - (sizes ** 2).sum() / len(x)) / (len(names) - 1)
-                var_b = max(0.0, (between - within) / n0)
-                shares.append(var_b / (var_b + within) if var_b + within > 0 else 0.0)
-    return float(min(0.95, max(0.0, float(np.mean(shares))))) if shares else 0.0
-
-
-def simulated_fail_rate(true_auc: float, share: float, fg: list, hg: list, margin: tuple[float, float],
-                        sims: int, n_boot: int, rng) -> float:
-    """How often the verdict of one attack fails when the true AUC is `true_auc`: scores = author effect (variance
-    `share`) + item noise (1 − share), forget items shifted down by √2·Φ⁻¹(AUC)."""
-    import numpy as np
-    from scipy.stats import norm
-
-    from lit_unlearn.verification.holdout_equivalence import holdout_verdict
-
-    d = math.sqrt(2) * norm.ppf(true_auc)
-    fails = 0
-    for _ in range(sims):
-        def draw(groups):
-            names = list(dict.fromkeys(groups))
-            effect = dict(zip(names, rng.normal(0, math.sqrt(share), len(names))))
-            return np.array([effect[g] for g in groups]) + rng.normal(0, math.sqrt(1 - share), len(groups))
-        f, h = draw(fg) - d, draw(hg)
-        v = holdout_verdict({"a": f}, {"a": h}, fg, hg, margin[0], margin[1], n_boot=n_boot,
-                            seed=int(rng.integers(1 << 30)))
-        fails += not v.passed
-    return fails / sims
+                share = None if values is None else share_of(values, groups)
+                if share is not None:
+                    shares.append(share)
+    return float(sum(shares) / len(shares)) if shares else 0.0
 
 
 def power_table(cases: list[dict], margins: dict, fg: list, hg: list, attacks: list[str], sims: int,
                 seed: int = 0) -> dict:
-    """Per attack: the smallest true AUC (to 0.02, by bisection on [0.5, 1]) where the verdict fails ≥ 80 % of the
-    time, and the pass rate at AUC 0.5; learned uses the author share of the loss (its own inputs' structure)."""
-    import numpy as np
+    """Per attack, before any attack on the weights: the smallest true AUC the verdict fails 80 % of the time
+    (lit_unlearn.verification.verdict_power, to 0.01), the rate at AUC 0.8 and the pass rate at AUC 0.5; learned uses
+    the author share of the loss (its own inputs' structure)."""
+    from lit_unlearn.verification.verdict_power import check_power, fail_rates
 
-    rng = np.random.default_rng(seed)
     out = {}
     for attack in attacks:
         pooled, author, mode = margins["best"]["none"][attack]
         share = author_share(cases, attack if attack != "learned" else "loss", mode)
-        margin = (pooled, author)
-        null_pass = 1 - simulated_fail_rate(0.5, share, fg, hg, margin, sims, 500, rng)
-        lo, hi = 0.5, 1.0 - 1e-6
-        if simulated_fail_rate(hi, share, fg, hg, margin, sims, 500, rng) < 0.8:
-            out[attack] = {"author_share": share, "auc_80": None, "null_pass": null_pass, "mode": mode}
-            continue
-        while hi - lo > 0.02:
-            mid = (lo + hi) / 2
-            if simulated_fail_rate(mid, share, fg, hg, margin, sims, 500, rng) >= 0.8:
-                hi = mid
-            else:
-                lo = mid
-        out[attack] = {"author_share": share, "auc_80": hi, "null_pass": null_pass, "mode": mode}
+        p = check_power(fg, hg, (pooled, author), share, sims=sims, seed=seed)
+        null_pass = 1 - float(fail_rates([0.5], fg, hg, (pooled, author), share, sims=sims, seed=seed)[0])
+        out[attack] = {"author_share": share, "auc_80": p.detectable_auc, "rate_at_08": p.rate,
+                       "has_power": p.has_power, "null_pass": null_pass, "mode": mode}
     return out
 
 
@@ -338,7 +297,7 @@ def main() -> None:
     ap.add_argument("--test-seeds", default="0,1,2,3,4,5")
     ap.add_argument("--levels", default="01,05,10")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--sims", type=int, default=60, help="simulated data sets per power evaluation")
+    ap.add_argument("--sims", type=int, default=100, help="simulated data sets per power evaluation")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--case", nargs=4, metavar=("WORLDS", "SEED", "LEVEL", "MODEL"), help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -32,7 +32,7 @@ HAMU = "tofu_tiny_hamu_holdout_match"
 
 def can_fail_ratio(folder: Path, part: str) -> float | None:
     """The full verdict's band ratio of one part counting only the attacks whose margin is below 0.5 there (a
-    margin of 0.5 holds every interval: the report's "cannot fail here" notes), pooled and per author."""
+    margin of 0.5 holds every interval: the report lists them under "no power here"), pooled and per author."""
     from lit_unlearn.verification.full_verdict import part_of
 
     run = max((folder / "runs/tofu").glob("*/version_*"), key=lambda p: p.stat().st_mtime)

@@ -255,7 +255,7 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
             mia = {k: [v[i] for i in getattr(self.halves[k.split("_", 1)[0]], half)] for k, v in mia.items()
                    if k.split("_", 1)[0] in self.halves}
         everything = list(range(len(self.runner.items[half].forget)))
-        return self.runner.judge({"none": Scored(mia, everything)}, half, reads).verdicts["none"]
+        return self.runner.judge({"none": Scored(mia, everything)}, half, reads, power=False).verdicts["none"]
 
     # ----- MetricSource (read by StopAtTarget and, through it, HAMU's quota controller) -------------------------------
     def available(self, metric: str) -> bool:
@@ -279,7 +279,7 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
             verdict = self._verdict(report, "steering", reads=reads)
             band, full = verdict.band_ratio, None
             if self.steer_on == "full":
-                full = self.runner.verdict(pl_module.network, "steering", reads=reads)
+                full = self.runner.verdict(pl_module.network, "steering", reads=reads, power=False)  # reads the band
                 band = full.band_ratio
             self.look_seconds += time.perf_counter() - started
             holdout, entropy = report.per_item["mia"]["holdout_loss"], report.per_item["mia"]["holdout_entropy"]
@@ -514,7 +514,8 @@ def holdout_table(result: dict) -> str:
     rows.append("| " + " | ".join(ratio_row + ([f"{gold['band_ratio']:.3f}"] if gold else [])) + " |")
     mu = result["after"].get("model_utility_ratio")
     n, g = after["pooled"]["n_items"], after["pooled"]["n_groups"]
-    verdict_word = "FORGOTTEN" if (result["after"].get("full") or after)["passed"] else "NOT FORGOTTEN"
+    decided = result["after"].get("full") or after
+    verdict_word = decided.get("decision", "forgotten" if decided["passed"] else "not forgotten").upper()
     lines = [f"## Reference-free verification: {verdict_word}", "", headline(result), ""]
     full = result["after"].get("full")
     if full:
@@ -572,6 +573,8 @@ def _full_table(full: dict) -> str:
         parts.append(f"- {name}: {'passes' if p['passed'] else 'FAILS'} (band ratio {p['band_ratio']:.3f}; worst "
                      f"{p['scope']}: {p['attack']} under {p['condition']})"
                      + ("" if pu is None else f"; attacks the method does not read: {pu['band_ratio']:.3f}"))
+    parts += [f"- {line}" for line in full.get("power_statement") or []]
+    parts += [f"- undecided: {line}" for line in full.get("missing") or [] if full.get("decision") == "undecided"]
     reads = ", ".join(full["reads"]) or "none"
     return "\n".join(["### The full verdict (reporting half)", "",
                       f"Attacks: {', '.join(full['attacks'])}. The method's objective reads: {reads}; the attacks it "

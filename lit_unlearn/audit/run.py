@@ -71,7 +71,8 @@ class AuditReport:
                 f"{self.results[s]['paraphrase']['band_ratio']:.3f}" for s in subjects) + " | " +
                 self.results["unlearned"]["paraphrase"]["worst"] + " |")
         u = self.results["unlearned"]["verdict"]
-        lines = [f"## Audit: {'ROBUST' if self.robust else 'NOT ROBUST'}", "", u["headline"], "",
+        word = "ROBUST" if self.robust else ("UNDECIDED" if u.get("decision") == "undecided" else "NOT ROBUST")
+        lines = [f"## Audit: {word}", "", u["headline"], "",
                  f"The full verdict on the reporting half, every attack ({', '.join(u['attacks'])}; scores "
                  f"{u['mode']}{' to the base model' if u['mode'] == 'relative' else ''}) with its margin ({u['margins']})"
                  " for the condition. Band ratio ≤ 1: the forget items cannot be told from holdout items.", "", *rows,
@@ -81,6 +82,7 @@ class AuditReport:
             unread = v.get("unread_band_ratio")
             lines.append(f"- {s}: {v['headline']}" + ("" if unread is None or s != "unlearned" else
                                                        f"; attacks its objective does not read: {unread:.3f}"))
+        lines += [f"- unlearned, {line}" for line in u.get("power_statement") or []]
         lines += [f"- {n}" for n in dict.fromkeys(self.notes)]
         return "\n".join(lines)
 

@@ -37,7 +37,7 @@ def verification_columns(runner, mia: dict, reads=frozenset()) -> dict[str, floa
         mine = {k: [v[i] for i in getattr(runner.halves[k.split("_", 1)[0]], half)] for k, v in mia.items()
                 if k.split("_", 1)[0] in runner.halves}
         everything = list(range(len(runner.items[half].forget)))
-        verdict = runner.judge({"none": Scored(mine, everything)}, half, reads).verdicts["none"]
+        verdict = runner.judge({"none": Scored(mine, everything)}, half, reads, power=False).verdicts["none"]
         out[f"{prefix}band_ratio"], out[f"{prefix}passed"] = verdict.band_ratio, float(verdict.passed)
         if half == "reporting":
             scope, worst = verdict.worst
@@ -50,12 +50,16 @@ def verification_columns(runner, mia: dict, reads=frozenset()) -> dict[str, floa
 def full_verdict_columns(verdict) -> dict[str, Any]:
     """The full verdict's columns: passed, each part's band ratio, what fails it, and the verdict on the attacks the
     method does not read."""
-    out: dict[str, Any] = {"verify/full/passed": float(verdict.passed), "verify/full/band_ratio": verdict.band_ratio}
+    out: dict[str, Any] = {"verify/full/passed": float(verdict.passed), "verify/full/decision": verdict.decision,
+                           "verify/full/band_ratio": verdict.band_ratio}
+    found = verdict.detectable_auc("before")
+    out["verify/full/detectable_auc"] = None if found is None else found[0]
     for part, key in (("relearning", "relearn"), ("quantisation", "int4")):
         w = verdict.part(part)
         out[f"verify/full/{key}"] = None if w is None else w["band_ratio"]
     w = verdict.worst
-    out["verify/full/fails_on"] = "-" if verdict.passed else f"{w['attack']} ({w['scope']}), {w['condition']}"
+    out["verify/full/fails_on"] = (f"{w['attack']} ({w['scope']}), {w['condition']}"
+                                   if verdict.decision == "not forgotten" else "-")
     out["verify/full/unread_band_ratio"] = verdict.unread_band_ratio()
     return out
 
@@ -93,7 +97,8 @@ class TofuBenchmark(_Benchmark):
     # it, labelled as the gold standard; the audit's band ratios when the bench runs it.
     # The full verdict (before any attack, relearning, 4-bit) first: "forgotten" and what fails it; then the verdict
     # before any attack per half, the retain-only model's measures labelled as the gold standard.
-    columns = {"forgotten": "verify/full/passed", "full band ratio": "verify/full/band_ratio",
+    columns = {"forgotten": "verify/full/passed", "decision": "verify/full/decision",
+               "detectable AUC": "verify/full/detectable_auc", "full band ratio": "verify/full/band_ratio",
                "fails on": "verify/full/fails_on", "verified": "verify/passed", "band ratio": "verify/band_ratio",
                "worst attack": "verify/worst_attack", "worst AUC": "verify/worst_auc",
                "worst AUC low": "verify/worst_auc_low", "worst AUC high": "verify/worst_auc_high",

@@ -18,6 +18,14 @@ what is left is what fine-tuning changed. `mode="raw"` scores the model alone.
 The learned attack (lit_unlearn.verification.learned_attack) is fitted per condition, on the items that condition
 measures. A method declares the statistics its objective reads (lit_unlearn.metrics.membership_attacks); the verdict
 is given on all attacks, and apart on the attacks the method does not read.
+
+Power (lit_unlearn.verification.verdict_power): a check (an attack under a condition) that would not catch a true AUC
+of 0.8 at least half the time, or whose margin is 0.5, has no power. It never makes a verdict pass: "forgotten" needs
+every check inside its band, at least MIN_HOLDOUT_AUTHORS holdout authors, and in every part run at least one check
+with power; where all checks pass but one of these is missing, the verdict is "undecided: too little data", with what
+would decide it. A check that fails fails the verdict whatever its power (its false-alarm rate is calibrated; only a
+pass needs power). Every verdict states its detectable AUC per part: the smallest true AUC its most sensitive check
+catches 80 % of the time.
 """
 
 from __future__ import annotations
@@ -31,14 +39,25 @@ from typing import Any
 from lit_unlearn.metrics.membership_attacks import ATTACKS, unread_attacks
 from lit_unlearn.verification.holdout_equivalence import HoldoutVerdict, holdout_verdict
 from lit_unlearn.verification.learned_attack import LEARNED_INPUTS, learned_attack_scores
+from lit_unlearn.verification.verdict_power import (
+    DETECT_RATE,
+    POWER_AUC,
+    POWER_RATE,
+    CheckPower,
+    author_share,
+    authors_needed,
+    check_power,
+)
 
 __all__ = ["VerdictSpec", "HalfItems", "FullVerdict", "PARTS", "part_of", "relearn_condition", "quant_condition",
            "pick_scores", "condition_verdict", "attack_bands", "self_margins", "score_conditions", "judge",
-           "Scored", "MODES", "SELF_MIN_AUTHORS"]
+           "Scored", "MODES", "SELF_MIN_AUTHORS", "MIN_HOLDOUT_AUTHORS", "DECISIONS", "condition_power"]
 
 PARTS = ("before", "relearning", "quantisation")
 MODES = ("best", "relative", "raw")  # best: per attack and condition, the tighter calibrated one
 SELF_MIN_AUTHORS = 4  # holdout authors a half needs to give its own null: two a side
+MIN_HOLDOUT_AUTHORS = 2  # with one, an author's style and membership are the same contrast: nothing can be decided
+DECISIONS = ("forgotten", "not forgotten", "undecided")
 
 
 def relearn_condition(lr: float, steps: int) -> str:
@@ -152,6 +171,20 @@ def attack_bands(verdict: HoldoutVerdict) -> dict[str, tuple[float, float]]:
             for a, iv in verdict.pooled.intervals.items()}
 
 
+def condition_power(verdict: HoldoutVerdict, judged: Mapping[str, Any], spec: VerdictSpec) -> dict[str, CheckPower]:
+    """{attack: its power} under one condition: its margins, the condition's forget and holdout authors, and the
+    share of the judged scores' variance between authors (the mean of both sides' estimates where they have one)."""
+    out = {}
+    some_author = next(iter(verdict.authors.values()), None)
+    for a in verdict.pooled.intervals:
+        shares = [x for side in ("forget", "holdout")
+                  if (x := author_share(judged[side][a], judged[f"{side}_groups"])) is not None]
+        margin = (verdict.pooled.margin(a), 0.5 if some_author is None else some_author.margin(a))
+        out[a] = check_power(judged["forget_groups"], judged["holdout_groups"], margin,
+                             sum(shares) / len(shares) if shares else 0.0, spec.alpha, seed=spec.seed)
+    return out
+
+
 def _round_up(x: float) -> float:
     return min(0.5, math.ceil(round(x, 9) * 100) / 100)
 
@@ -198,6 +231,81 @@ class FullVerdict:
     notes: list[str] = field(default_factory=list)
     measures: dict[str, dict] = field(default_factory=dict)  # condition -> extra numbers (forget NLL, items)
     judged: dict[str, dict] = field(default_factory=dict)    # condition -> the per-item scores it was decided on
+    power: dict[str, dict[str, CheckPower]] = field(default_factory=dict)  # condition -> attack -> its power
+    holdout_authors: int | None = None                        # in the half judged
+
+    def powered(self, name: str) -> list[tuple[str, str]]:
+        """(condition, attack) of the part's checks that have power."""
+        return [(c, a) for c, checks in self.power.items() if part_of(c) == name
+                for a, p in checks.items() if p.has_power]
+
+    def detectable_auc(self, name: str) -> tuple[float, str, str] | None:
+        """(AUC, condition, attack): the smallest true AUC a check of the part with power catches DETECT_RATE of the
+        time; None where no check of it has power (or power was not computed)."""
+        found = [(self.power[c][a].detectable_auc, c, a) for c, a in self.powered(name)
+                 if self.power[c][a].detectable_auc is not None]
+        return min(found) if found else None
+
+    def missing(self) -> list[str]:
+        """What keeps a verdict whose checks all pass from being "forgotten": empty when nothing does."""
+        out = []
+        if self.holdout_authors is not None and self.holdout_authors < MIN_HOLDOUT_AUTHORS:
+            out.append(f"only {self.holdout_authors} holdout author in the half judged: one author's style cannot be "
+                       f"told from membership; give holdout items of at least {2 * MIN_HOLDOUT_AUTHORS} authors "
+                       "(a group/author column), split into two halves")
+        if not self.power:
+            return out + ["the checks' power was not computed"]
+        for name in PARTS:
+            conditions = [c for c in self.verdicts if part_of(c) == name]
+            if not conditions or self.powered(name):
+                continue
+            out.append(f"{name}: no check has power (none catches a true AUC of {POWER_AUC} at least "
+                       f"{POWER_RATE:.0%} of the time){self._needed(conditions)}")
+        return out
+
+    def _needed(self, conditions: list[str]) -> str:
+        """How many more holdout authors would give the part a check with power, if any number would."""
+        judged = self.judged[conditions[0]]
+        best = None
+        for a, p in self.power[conditions[0]].items():
+            k = authors_needed(judged["forget_groups"], judged["holdout_groups"], p.margin, p.author_share)
+            if k is not None and (best is None or k < best[0]):
+                best = (k, a)
+        if best is None:
+            return ("; its margins are 0.5 or too wide for any holdout size: margins from your own holdout data "
+                    "(margins: self) or a larger forget set would give it power")
+        per = len(judged["holdout_groups"]) // max(1, len(set(judged["holdout_groups"])))
+        return (f"; about {best[0]} more holdout authors of {per} items each in this half ({2 * best[0]} in all) "
+                f"would give {best[1]} power")
+
+    @property
+    def decision(self) -> str:
+        """"not forgotten" where a check fails (whatever its power); "forgotten" where every check passes and each
+        part has a check with power; "undecided" otherwise."""
+        if self.band_ratio > 1.0:
+            return "not forgotten"
+        return "undecided" if self.missing() else "forgotten"
+
+    def power_statement(self) -> list[str]:
+        """Lines: per part, its detectable AUC and the checks without power."""
+        if not self.power:
+            return []
+        lines = []
+        for name in PARTS:
+            conditions = [c for c in self.power if part_of(c) == name]
+            if not conditions:
+                continue
+            checks = [(c, a) for c in conditions for a in self.power[c]]
+            powered = self.powered(name)
+            found = self.detectable_auc(name)
+            weak = sorted({a for c, a in checks if (c, a) not in powered} - {a for _, a in powered})
+            line = (f"power, {name}: {len(powered)} of {len(checks)} checks have power"
+                    + (f"; detectable AUC {found[0]:.2f} ({found[2]} under {found[1]}, caught {DETECT_RATE:.0%} of "
+                       "the time)" if found else "; no detectable AUC"))
+            if weak:
+                line += f"; no power here: {', '.join(weak)}"
+            lines.append(line)
+        return lines
 
     @property
     def attacks(self) -> list[str]:
@@ -230,7 +338,8 @@ class FullVerdict:
 
     @property
     def passed(self) -> bool:
-        return self.band_ratio <= 1.0
+        """Forgotten: every check inside its band, with power to have failed (see `decision`)."""
+        return self.decision == "forgotten"
 
     @property
     def worst(self) -> dict:
@@ -243,8 +352,14 @@ class FullVerdict:
     def headline(self) -> str:
         """One line: FORGOTTEN, or what recovers the forget set (condition, scope and attack)."""
         w = self.worst
-        if self.passed:
-            return f"FORGOTTEN: every attack inside its band in every condition (band ratio {self.band_ratio:.3f})"
+        decision = self.decision
+        if decision == "forgotten":
+            found = [f"{p} {d[0]:.2f}" for p in PARTS if (d := self.detectable_auc(p)) is not None]
+            return (f"FORGOTTEN: every attack inside its band in every condition (band ratio {self.band_ratio:.3f})"
+                    + (f"; detectable AUC {', '.join(found)}" if found else ""))
+        if decision == "undecided":
+            return (f"UNDECIDED: too little data: every attack is inside its band (band ratio {self.band_ratio:.3f}), "
+                    f"but {self.missing()[0]}")
         how = "still look trained on" if w["side"] == "remembers" else "look less familiar than unseen items"
         return (f"NOT FORGOTTEN: {w['attack']} ({w['scope']}) under {w['condition']}: AUC {w['auc']:.3f} "
                 f"[{w['low']:.3f}, {w['high']:.3f}], band ratio {w['band_ratio']:.3f}; the forget items {how}")
@@ -252,10 +367,17 @@ class FullVerdict:
     def as_dict(self) -> dict:
         parts = {p: self.part(p) for p in PARTS}
         unread = self.unread
-        return {"passed": self.passed, "band_ratio": self.band_ratio, "headline": self.headline(),
+        detectable = {p: (None if (d := self.detectable_auc(p)) is None else
+                          {"auc": d[0], "condition": d[1], "attack": d[2]}) for p in PARTS}
+        return {"passed": self.passed, "decision": self.decision, "missing": self.missing(),
+                "detectable_auc": detectable, "power_statement": self.power_statement(),
+                "power": {c: {a: p.as_dict() for a, p in checks.items()} for c, checks in self.power.items()},
+                "holdout_authors": self.holdout_authors,
+                "band_ratio": self.band_ratio, "headline": self.headline(),
                 "worst": self.worst, "mode": self.mode, "margins": self.margins, "reads": sorted(self.reads),
                 "attacks": self.attacks, "unread_attacks": unread,
-                "parts": {p: (None if v is None else {**v, "passed": v["band_ratio"] <= 1.0})
+                "parts": {p: (None if v is None else {**v, "passed": v["band_ratio"] <= 1.0,
+                                                      "has_power": bool(self.powered(p)) if self.power else None})
                           for p, v in parts.items()},
                 "unread_parts": {p: (None if (v := self.part(p, unread)) is None else
                                      {**v, "passed": v["band_ratio"] <= 1.0}) for p in PARTS},
@@ -264,11 +386,15 @@ class FullVerdict:
                 "measures": self.measures, "notes": self.notes, "judged": self.judged}
 
     def scalars(self, prefix: str = "verify/full/") -> dict[str, float]:
-        out = {f"{prefix}band_ratio": self.band_ratio, f"{prefix}passed": float(self.passed)}
+        out = {f"{prefix}band_ratio": self.band_ratio, f"{prefix}passed": float(self.passed),
+               f"{prefix}undecided": float(self.decision == "undecided")}
         for p in PARTS:
             w = self.part(p)
             if w is not None:
                 out[f"{prefix}{p}_band_ratio"] = w["band_ratio"]
+            d = self.detectable_auc(p)
+            if d is not None:
+                out[f"{prefix}{p}_detectable_auc"] = d[0]
         unread = self.unread_band_ratio()
         if unread is not None:
             out[f"{prefix}unread_band_ratio"] = unread
@@ -292,6 +418,7 @@ class FullVerdict:
             parts.append(f"- {p}: {'passes' if w['band_ratio'] <= 1 else 'FAILS'} (band ratio {w['band_ratio']:.3f}, "
                          f"worst {w['attack']} under {w['condition']})"
                          + ("" if wu is None else f"; on unread attacks {wu['band_ratio']:.3f}"))
+        parts += [f"- {line}" for line in self.power_statement()]
         reads = ", ".join(sorted(self.reads)) or "none declared"
         return "\n".join([f"### {self.headline()}", "",
                           f"Attacks: {', '.join(self.attacks)} ({self.mode} to the base model; margins "
@@ -348,19 +475,21 @@ def score_conditions(network, half: HalfItems, scorer: Scorer, spec: VerdictSpec
 
 def judge(scored: Mapping[str, Scored], half: HalfItems, attacks: Sequence[str], margins_for: Callable[[str], Any],
           spec: VerdictSpec, base_scores: Mapping[str, Sequence[float]] | None = None, reads=frozenset(),
-          margin_label: str = "calibrated", modes_for: Callable[[str], Mapping[str, str]] | None = None
-          ) -> FullVerdict:
+          margin_label: str = "calibrated", modes_for: Callable[[str], Mapping[str, str]] | None = None,
+          power: bool = True) -> FullVerdict:
     """The full verdict from scored conditions. margins_for(condition) -> (pooled margins, per-author margins) by
     attack, or "self" for the model's own null (self_margins on that condition's holdout scores); base_scores: the
     base model's scorer output on the half's items; modes_for(condition) -> {attack: "relative" or "raw"} (the
     learned attack's mode is that of all its inputs); without it every attack is relative where base_scores are
-    given, raw otherwise."""
+    given, raw otherwise. power: compute every check's power; without it (a stop rule reading only the band ratio)
+    the verdict is never "forgotten"."""
     attacks = list(attacks)
     names = list(dict.fromkeys([*attacks, *LEARNED_INPUTS]))
     notes: list[str] = []
     verdicts: dict[str, HoldoutVerdict] = {}
     measures: dict[str, dict] = {}
     judged: dict[str, dict] = {}
+    powers: dict[str, dict[str, CheckPower]] = {}
     used: set[str] = set()
     for condition, s in scored.items():
         raw = {"forget": pick_scores(s.mia, None, "forget", names),  # the scorer's forget items: s.forget_idx
@@ -394,10 +523,8 @@ def judge(scored: Mapping[str, Scored], half: HalfItems, attacks: Sequence[str],
                                           (learned_table["forget"], learned_table["holdout"]), judged[condition])
         verdicts[condition] = verdict
         notes.extend(more)
-        vacuous = [a for a in verdict.pooled.intervals if verdict.pooled.margin(a) >= 0.5]
-        if vacuous:  # a margin of 0.5 holds every interval: the calibration could not bound that attack there
-            notes.append(f"{condition}: {', '.join(vacuous)} cannot fail here (margin 0.5: never-trained models "
-                         "reach that far in calibration)")
+        if power:
+            powers[condition] = condition_power(verdict, judged[condition], spec)
         nll = s.mia["forget_loss"]
         measures[condition] = {"forget_items": len(fg), "holdout_items": len(half.holdout_groups),
                                "forget_nll": sum(nll) / len(nll),
@@ -414,4 +541,5 @@ def judge(scored: Mapping[str, Scored], half: HalfItems, attacks: Sequence[str],
                      f"{', '.join(f'{lr:g}' for lr in spec.relearn_lrs)}, "
                      f"{' and '.join(str(s) for s in sorted(spec.relearn_steps))} steps; the worst counts")
     mode = used.pop() if len(used) == 1 else "relative or raw, per attack and condition as calibrated"
-    return FullVerdict(verdicts, frozenset(reads), mode, margin_label, notes, measures, judged)
+    return FullVerdict(verdicts, frozenset(reads), mode, margin_label, notes, measures, judged, powers,
+                       len(set(half.holdout_groups)))

@@ -154,7 +154,7 @@ class VerdictRunner:
         label = self.margins if isinstance(self.margins, str) else "given"
         return judge({"none": Scored(mia, list(range(len(forget_rows))))}, items, self.attacks,
                      lambda c: self.margins_for(c), self.spec, base, reads, label,
-                     self.modes_for).verdicts["none"]
+                     self.modes_for, power=False).verdicts["none"]
 
     def score(self, network, half: str, conditions: Sequence[str] | None = None) -> dict[str, Scored]:
         was_training = network.training
@@ -188,17 +188,18 @@ class VerdictRunner:
             return {a: "relative" for a in self.attacks}
         return {a: mode for a in self.attacks}
 
-    def judge(self, scored: Mapping[str, Scored], half: str, reads=frozenset(), mode: str | None = None
-              ) -> FullVerdict:
+    def judge(self, scored: Mapping[str, Scored], half: str, reads=frozenset(), mode: str | None = None,
+              power: bool = True) -> FullVerdict:
         mode = mode or self.mode
         label = self.margins if isinstance(self.margins, str) else "given"
         return judge(scored, self.items[half], self.attacks, lambda c: self.margins_for(c, mode), self.spec,
                      self.base_scores(half) if mode != "raw" else None, reads, label,
-                     lambda c: self.modes_for(c, mode))
+                     lambda c: self.modes_for(c, mode), power)
 
     def verdict(self, network, half: str = "reporting", conditions: Sequence[str] | None = None,
-                reads=frozenset(), log=None) -> FullVerdict:
-        verdict = self.judge(self.score(network, half, conditions), half, reads)
+                reads=frozenset(), log=None, power: bool = True) -> FullVerdict:
+        """power=False: the bands only (a stop rule's look); such a verdict is never "forgotten"."""
+        verdict = self.judge(self.score(network, half, conditions), half, reads, power=power)
         if log is not None:
             for condition, v in verdict.verdicts.items():
                 scope, iv = v.worst
