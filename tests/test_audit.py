@@ -53,6 +53,7 @@ def test_relearning_recovers_shallow_forgetting_more_than_it_teaches_a_model_tha
     assert r["target"]["conditions"][condition]["pooled"]["intervals"]["loss"]["auc"] > 0.95
     assert r["target"]["band_ratio"] > 1 and not r["unlearned"]["parts"]["relearning"]["passed"]
     assert report.robust is False and "NOT ROBUST" in report.table() and "NOT FORGOTTEN" in report.table()
+    assert "- unlearned, power, before: " in report.table() and r["unlearned"]["decision"] == "not forgotten"
     assert r["unlearned"]["reads"] == ["surprisal"] and "entropy_mean" in r["unlearned"]["unread_attacks"]
 
 

@@ -92,7 +92,10 @@ def test_the_readme_commands_run_hamu_and_ofmu_to_a_verdict_a_hf_folder_and_tens
         run = finished_run(out, method)
         folder = Path(run["final_model"])
         verdict = json.loads((folder.parent / "holdout_verification.json").read_text())
-        assert verdict["after"]["full"]["parts"]["relearning"] is not None  # the full verdict, relearning included
+        full = verdict["after"]["full"]
+        assert full["parts"]["relearning"] is not None  # the full verdict, relearning included
+        assert full["decision"] in ("forgotten", "not forgotten", "undecided") and full["power"]["none"]
+        assert "- power, before: " in proc.stdout and "- power, relearning: " in proc.stdout  # stated, every part
         assert "not measured on your model" in verdict["margins_from"]
         hf = AutoModelForCausalLM.from_pretrained(folder)  # plain transformers, nothing of lit-unlearn
         final = network_state(run["final_checkpoint"])
