@@ -141,7 +141,7 @@ def main() -> None:
         run_case(worlds, name, int(seed), level)
         return
     names = list(RECIPES) if args.recipes == "all" else args.recipes.split(",")
-    todo = [(n, s, lv) for lv in args.levels.split(",") for n in names for s in map(int, args.seeds.split(","))]
+    todo = [(n, s, lv) for lv in args.levels.split(",") for s in map(int, args.seeds.split(",")) for n in names]
     missing = [t for t in todo if not case_file(args.worlds, *t).is_file()]
     run_all([[sys.executable, __file__, "--case", args.worlds, n, str(s), lv] for n, s, lv in missing], args.jobs)
     rows = [json.loads(case_file(args.worlds, *t).read_text()) for t in todo if case_file(args.worlds, *t).is_file()]

@@ -233,6 +233,7 @@ class FullVerdict:
     judged: dict[str, dict] = field(default_factory=dict)    # condition -> the per-item scores it was decided on
     power: dict[str, dict[str, CheckPower]] = field(default_factory=dict)  # condition -> attack -> its power
     holdout_authors: int | None = None                        # in the half judged
+    _missing: list[str] | None = field(default=None, repr=False, compare=False)
 
     def powered(self, name: str) -> list[tuple[str, str]]:
         """(condition, attack) of the part's checks that have power."""
@@ -247,7 +248,13 @@ class FullVerdict:
         return min(found) if found else None
 
     def missing(self) -> list[str]:
-        """What keeps a verdict whose checks all pass from being "forgotten": empty when nothing does."""
+        """What keeps a verdict whose checks all pass from being "forgotten": empty when nothing does (computed once:
+        how many more authors would help is a search over simulations)."""
+        if self._missing is None:
+            self._missing = self._find_missing()
+        return list(self._missing)
+
+    def _find_missing(self) -> list[str]:
         out = []
         if self.holdout_authors is not None and self.holdout_authors < MIN_HOLDOUT_AUTHORS:
             out.append(f"only {self.holdout_authors} holdout author in the half judged: one author's style cannot be "
@@ -267,7 +274,9 @@ class FullVerdict:
         """How many more holdout authors would give the part a check with power, if any number would."""
         judged = self.judged[conditions[0]]
         best = None
-        for a, p in self.power[conditions[0]].items():
+        nearest = sorted((p.rate, a) for a, p in self.power[conditions[0]].items() if min(p.margin) < 0.5)[-3:]
+        for _, a in nearest:  # the three checks nearest to power: the search simulates many structures
+            p = self.power[conditions[0]][a]
             k = authors_needed(judged["forget_groups"], judged["holdout_groups"], p.margin, p.author_share)
             if k is not None and (best is None or k < best[0]):
                 best = (k, a)

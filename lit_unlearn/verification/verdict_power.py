@@ -96,6 +96,13 @@ def null_reach(forget_groups: Sequence, holdout_groups: Sequence, share: float, 
                quantile: float = 0.9, sims: int = SIMS, n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float]:
     """(pooled, per author): the `quantile` of how far never-trained sets' intervals reach from 0.5 in simulation,
     the spread a margin must cover on this item structure."""
+    return _null_reach(tuple(map(str, forget_groups)), tuple(map(str, holdout_groups)), float(share), float(alpha),
+                       float(quantile), int(sims), int(n_boot), int(seed))
+
+
+@lru_cache(maxsize=256)
+def _null_reach(forget_groups: tuple, holdout_groups: tuple, share: float, alpha: float, quantile: float, sims: int,
+                n_boot: int, seed: int) -> tuple[float, float]:
     pooled, author = _reaches([0.5], forget_groups, holdout_groups, share, alpha, sims, n_boot, seed)
     return float(np.quantile(pooled[0], quantile)), float(np.quantile(author[0], quantile))
 
