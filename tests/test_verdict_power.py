@@ -138,7 +138,8 @@ def test_a_check_too_weak_for_an_auc_of_08_leaves_the_verdict_undecided_with_the
     v = full(fg, hg, {"loss": (f, h)}, {"loss": margin})
     share = v.power["none"]["loss"].author_share
     assert v.band_ratio <= 1.0 and v.decision == "undecided"
-    assert f"about {authors_needed(fg, hg, margin, share)} more holdout authors of 10 items" in v.missing()[0]
+    k = authors_needed(fg, hg, margin, share)
+    assert f"about {k} more holdout author{'s' if k > 1 else ''} of 10 items" in v.missing()[0]
 
 
 def test_one_holdout_author_is_undecided_and_says_what_is_missing():

@@ -284,8 +284,8 @@ class FullVerdict:
             return ("; its margins are 0.5 or too wide for any holdout size: margins from your own holdout data "
                     "(margins: self) or a larger forget set would give it power")
         per = len(judged["holdout_groups"]) // max(1, len(set(judged["holdout_groups"])))
-        return (f"; about {best[0]} more holdout authors of {per} items each in this half ({2 * best[0]} in all) "
-                f"would give {best[1]} power")
+        return (f"; about {best[0]} more holdout author{'s' if best[0] > 1 else ''} of {per} items each in this "
+                f"half ({2 * best[0]} in all) would give {best[1]} power")
 
     @property
     def decision(self) -> str:
