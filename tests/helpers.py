@@ -7,9 +7,13 @@ from lit_unlearn.data import ClassForget, DigitsSource, UnlearningDataModule
 
 
 def quick_trainer(steps, **kw):
-    """A Trainer without logger, checkpoints, progress bar or sanity check (tests pass what they need)."""
+    """A Trainer without logger, checkpoints, progress bar or sanity check (tests pass what they need); what a run
+    writes (its results table, trajectory.png) goes to a fresh temporary folder, never the working directory."""
+    import tempfile
+
     kw.setdefault("logger", False)
     kw.setdefault("enable_checkpointing", False)
+    kw.setdefault("default_root_dir", tempfile.mkdtemp(prefix="lit-unlearn-test-"))
     return pl.Trainer(max_steps=steps, enable_progress_bar=False, enable_model_summary=False,
                       num_sanity_val_steps=0, log_every_n_steps=1, **kw)
 
