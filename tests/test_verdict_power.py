@@ -148,3 +148,22 @@ def test_one_holdout_author_is_undecided_and_says_what_is_missing():
     v = full(fg, hg, {"loss": (f, h)}, {"loss": (0.45, 0.49)})
     assert 0.3 < auc(f, h) < 0.7 and v.band_ratio <= 1.0
     assert v.decision == "undecided" and "only 1 holdout author" in v.missing()[0]
+
+
+def test_the_bench_columns_carry_the_decision_and_the_detectable_auc():
+    from lit_unlearn.bench.adapters import TofuBenchmark, full_verdict_columns
+
+    fg, hg = groups(10, 20, "f"), groups(10, 20, "h")
+    pooled, author = calibrated_margins("10", "raw", "none", ["loss"])
+    margin = {"loss": (pooled["loss"], author["loss"])}
+    null = full(fg, hg, {"loss": planted(fg, hg, 0.5, 0.2, np.random.default_rng(2))}, margin)
+    caught = full(fg, hg, {"loss": planted(fg, hg, 0.85, 0.2, np.random.default_rng(1))}, margin)
+    unsure = full(fg, hg, {"zlib": planted(fg, hg, 0.5, 0.2, np.random.default_rng(3))}, {"zlib": (0.5, 0.5)})
+    cols = {name: full_verdict_columns(v) for name, v in (("null", null), ("caught", caught), ("unsure", unsure))}
+    assert [cols[n]["verify/full/decision"] for n in cols] == ["forgotten", "not forgotten", "undecided"]
+    assert [cols[n]["verify/full/passed"] for n in cols] == [1.0, 0.0, 0.0]
+    assert cols["null"]["verify/full/detectable_auc"] == null.power["none"]["loss"].detectable_auc
+    assert cols["unsure"]["verify/full/detectable_auc"] is None and cols["unsure"]["verify/full/fails_on"] == "-"
+    assert cols["caught"]["verify/full/fails_on"].startswith("loss (")
+    shown = TofuBenchmark.columns
+    assert shown["decision"] == "verify/full/decision" and shown["detectable AUC"] == "verify/full/detectable_auc"
