@@ -29,15 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from lit_unlearn.verification.holdout_calibration import margin_key  # noqa: E402
+from process_pool import run_all  # noqa: E402  (benchmarks/, this script's folder)
 
 MODELS = ("retain_only", "target")
 CASE_VERSION = 1
@@ -47,24 +45,7 @@ def build(worlds: str, seeds: list[int], levels: list[str], jobs: int) -> None:
     """Each seed's world in its own process (one thread each), `jobs` at a time."""
     code = ("import sys; from lit_unlearn.worlds.tofu_world import prepare_tofu_world as p; "
             "p(sys.argv[1], seed=int(sys.argv[2]), levels=sys.argv[3].split(','), log=lambda *a: None)")
-    _run_all([[sys.executable, "-c", code, worlds, str(seed), ",".join(levels)] for seed in seeds], jobs, "world")
-
-
-def _run_all(commands: list[list[str]], jobs: int, what: str) -> None:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    pending, running = list(commands), []
-    while pending or running:
-        while pending and len(running) < jobs:
-            cmd = pending.pop(0)
-            running.append((cmd, time.perf_counter(), subprocess.Popen(cmd, env=env)))
-        time.sleep(1)
-        for item in list(running):
-            cmd, started, proc = item
-            if proc.poll() is not None:
-                running.remove(item)
-                if proc.returncode:
-                    sys.exit(f"{what} {cmd[-3:]} failed (exit {proc.returncode})")
-                print(f"{what} {' '.join(cmd[-3:])}: done ({time.perf_counter() - started:.0f} s)", flush=True)
+    run_all([[sys.executable, "-c", code, worlds, str(seed), ",".join(levels)] for seed in seeds], jobs, "world")
 
 
 def case_path(worlds: str, seed: int, level: str, model: str) -> Path:
@@ -311,7 +292,7 @@ def main() -> None:
     todo = [(s, lv, m) for lv in levels for s in calibration + test for m in MODELS
             if (m == "retain_only" or s in test) and load_case(args.worlds, s, lv, m) is None]
     build(args.worlds, sorted({s for s, _, _ in todo}), levels, args.jobs)  # the worlds of the cases to score
-    _run_all([[sys.executable, __file__, "--case", args.worlds, str(s), lv, m] for s, lv, m in todo], args.jobs,
+    run_all([[sys.executable, __file__, "--case", args.worlds, str(s), lv, m] for s, lv, m in todo], args.jobs,
              "case")
     write(args, calibration, test, levels)
 

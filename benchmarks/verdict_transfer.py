@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from process_pool import run_all  # noqa: E402  (benchmarks/, this script's folder)
 
 RECIPES = {
     "calibration's": {},
@@ -86,22 +85,6 @@ def run_case(worlds: str, name: str, seed: int, level: str) -> None:
     target.write_text(json.dumps(out, indent=1))
 
 
-def run_all(commands: list[list[str]], jobs: int) -> None:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    pending, running = list(commands), []
-    while pending or running:
-        while pending and len(running) < jobs:
-            cmd = pending.pop(0)
-            running.append((cmd, time.perf_counter(), subprocess.Popen(cmd, env=env)))
-        time.sleep(2)
-        for item in list(running):
-            cmd, began, proc = item
-            if proc.poll() is not None:
-                running.remove(item)
-                state = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
-                print(f"case {' '.join(cmd[-3:])}: {state} ({time.perf_counter() - began:.0f} s)", flush=True)
-
-
 def table(rows: list[dict]) -> str:
     """Per recipe and level: never-saw-it models read forgotten / pass every band (power aside) / undecided, and
     targets read forgotten, each over the cases (seeds x halves)."""
@@ -143,7 +126,8 @@ def main() -> None:
     names = list(RECIPES) if args.recipes == "all" else args.recipes.split(",")
     todo = [(n, s, lv) for lv in args.levels.split(",") for s in map(int, args.seeds.split(",")) for n in names]
     missing = [t for t in todo if not case_file(args.worlds, *t).is_file()]
-    run_all([[sys.executable, __file__, "--case", args.worlds, n, str(s), lv] for n, s, lv in missing], args.jobs)
+    run_all([[sys.executable, __file__, "--case", args.worlds, n, str(s), lv] for n, s, lv in missing], args.jobs,
+            "case", stop_on_failure=False)
     rows = [json.loads(case_file(args.worlds, *t).read_text()) for t in todo if case_file(args.worlds, *t).is_file()]
     text = table(rows)
     print(text)
