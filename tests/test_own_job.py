@@ -204,6 +204,8 @@ def _bad_inputs(job, tmp: Path) -> dict[str, tuple[list[str], str]]:
         "unwritable output": (_own(job, tmp / "a_file" / "runs"), "a_file is a file, not a folder"),
         "global batch over 3 processes": (_own(job, out) + ["--trainer.accelerator=cpu", "--trainer.devices=3",
                                                             "--trainer.strategy=ddp"], "make it a multiple of 3"),
+        "micro-batches that do not split": (_own(job, out) + ["--data.init_args.micro_batch_size=5"],
+                                            "equal micro-batches of at most 5"),
     }
 
 
@@ -242,9 +244,9 @@ def test_under_two_processes_every_rank_fails_the_same_check_and_none_hangs(job,
 
 def test_the_job_under_zero3_on_two_cpu_processes_exports_the_one_process_update(job, subprocess_env, prefork,
                                                                                   tmp_path):
-    """--setup zero3 with the GPU parts swapped for CPU ones (gloo, float32): the verdict and the target stop say
-    they wait for the exported model, and the export gathers the partitions into the same weights one process
-    reaches."""
+    """--setup zero3 with the GPU parts swapped for CPU ones (gloo, float32), each process's share passed in two
+    micro-batches: the verdict and the target stop say they wait for the exported model, and the export gathers
+    the partitions into the same weights one process reaches in one pass."""
     from transformers import AutoModelForCausalLM
 
     from helpers import assert_same_update
@@ -258,10 +260,11 @@ def test_the_job_under_zero3_on_two_cpu_processes_exports_the_one_process_update
                {"zero_optimization": {"stage": 3}, "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
                 "train_micro_batch_size_per_gpu": 1})]
     one = cli_here([*command, "--out", str(tmp_path / "one")], job, check=True)
-    zero3 = cli_process([*command, "--out", str(tmp_path / "zero3"), "--setup", "zero3", *cpu], job, subprocess_env,
-                        prefork=prefork)
+    zero3 = cli_process([*command, "--out", str(tmp_path / "zero3"), "--setup", "zero3", *cpu,
+                         "--data.init_args.micro_batch_size=2"], job, subprocess_env, prefork=prefork)
     assert "no verdict in this run: the weights are ZeRO-3 partitioned" in zero3.stdout
     assert "each of the 2 processes computes 4 retain + 4 forget items per step (the global 8 + 8)" in zero3.stdout
+    assert "in 2 micro-batches of 2 retain + 2 forget items (micro_batch_size 2)" in zero3.stdout
     assert "lit-unlearn audit" in zero3.stdout and one.returncode == 0
     start = AutoModelForCausalLM.from_pretrained(job / "my-model").state_dict()
     a = AutoModelForCausalLM.from_pretrained(finished_run(tmp_path / "one", "graddiff")["final_model"]).state_dict()

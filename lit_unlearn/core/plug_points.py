@@ -20,7 +20,7 @@ from lit_unlearn.core.errors import UserError
 
 __all__ = ["HoldoutLossSource", "HoldoutProfileSource", "ForgetLossGoal", "QuotaSteered", "UpdateGuarded", "RhoScheduled",
            "UnlearningRun", "HardnessRecorded", "EntropyInForgetLoss", "StopTargets", "DataFromSource", "QAFormatted",
-           "EvalSplitsSource", "EvalLoaders", "TextsSource", "as_plug", "declares", "plug_point", "plug_points",
+           "EvalSplitsSource", "EvalLoaders", "MicroBatched", "TextsSource", "as_plug", "declares", "plug_point", "plug_points",
            "require"]
 
 P = TypeVar("P")
@@ -132,6 +132,14 @@ class EvalLoaders(Protocol):
     """A datamodule's evaluation loaders by split name (forget, retain, test, …)."""
 
     def eval_dataloaders(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class MicroBatched(Protocol):
+    """A datamodule's cap on the items one process passes through the model at once (None: its whole share of a
+    global batch): the trainers split each share into equal micro-batches and sum their gradients."""
+
+    micro_batch_size: int | None
 
 
 @runtime_checkable

@@ -11,7 +11,7 @@ from lit_unlearn.data.arrays import ImageSource, ImageSplits
 from lit_unlearn.data.digits import DigitsSource
 from lit_unlearn.data.forget_sets import ClassForget, ForgetSpec
 from lit_unlearn.data.paired import PairedBatchStream, ResumableDataLoader
-from lit_unlearn.core.plug_points import EvalLoaders
+from lit_unlearn.core.plug_points import EvalLoaders, MicroBatched
 
 __all__ = ["ClassificationDataModule", "PairedDataModule", "UnlearningDataModule"]
 
@@ -51,7 +51,7 @@ class ClassificationDataModule(pl.LightningDataModule):
     test_dataloader = val_dataloader
 
 
-class PairedDataModule(pl.LightningDataModule, EvalLoaders):
+class PairedDataModule(pl.LightningDataModule, EvalLoaders, MicroBatched):
     """Yields (retain_batch, forget_batch) per training step and one validation loader per named eval set.
 
     Subclasses implement `build()` → (retain dataset, forget dataset, {name: eval dataset}); the eval sets
@@ -59,9 +59,17 @@ class PairedDataModule(pl.LightningDataModule, EvalLoaders):
     """
 
     def __init__(self, retain_batch_size: int = 256, forget_batch_size: int = 64, eval_batch_size: int = 512,
-                 seed: int = 0, num_workers: int = 0) -> None:
+                 seed: int = 0, num_workers: int = 0, micro_batch_size: int | None = None) -> None:
+        """
+        Args:
+            retain_batch_size, forget_batch_size: the global batches, split over every process.
+            micro_batch_size: the most items of each side one process passes through the model at once: its share
+                of a global batch is split into equal micro-batches whose gradients are summed before the step
+                (lit_unlearn.data.micro_batches). None: the whole share in one pass.
+        """
         super().__init__()
         self.retain_batch_size, self.forget_batch_size = retain_batch_size, forget_batch_size
+        self.micro_batch_size = micro_batch_size
         self.eval_batch_size, self.seed, self.num_workers = eval_batch_size, seed, num_workers
         self.retain_set: Dataset | None = None
         self.forget_set: Dataset | None = None
@@ -103,8 +111,8 @@ class UnlearningDataModule(PairedDataModule):
 
     def __init__(self, dataset: ImageSource | None = None, forget: ForgetSpec | None = None,
                  retain_batch_size: int = 256, forget_batch_size: int = 64, eval_batch_size: int = 512,
-                 seed: int = 0, num_workers: int = 0) -> None:
-        super().__init__(retain_batch_size, forget_batch_size, eval_batch_size, seed, num_workers)
+                 seed: int = 0, num_workers: int = 0, micro_batch_size: int | None = None) -> None:
+        super().__init__(retain_batch_size, forget_batch_size, eval_batch_size, seed, num_workers, micro_batch_size)
         self.dataset = dataset or DigitsSource()
         self.forget = forget or ClassForget(0)
         self.forget_indices = self.retain_indices = None

@@ -126,9 +126,11 @@ class MuseDataModule(PairedDataModule, DataFromSource):
 
     def __init__(self, source: MuseSource | None = None, tokenizer: Any = None, max_length: int = 2048,
                  retain_split: str = "retain1", retain_batch_size: int = 32, forget_batch_size: int = 32,
-                 eval_batch_size: int = 32, seed: int = 0, num_workers: int = 0, forget: str = "raw/forget") -> None:
-        """forget: "CONFIG/SPLIT" of the texts to unlearn (raw/forget, or a scal / sust fold such as scal/forget_2)."""
-        super().__init__(retain_batch_size, forget_batch_size, eval_batch_size, seed, num_workers)
+                 eval_batch_size: int = 32, seed: int = 0, num_workers: int = 0, forget: str = "raw/forget",
+                 micro_batch_size: int | None = None) -> None:
+        """forget: "CONFIG/SPLIT" of the texts to unlearn (raw/forget, or a scal / sust fold such as scal/forget_2);
+        micro_batch_size: the most items of each side one GPU passes through the model at once (None: all)."""
+        super().__init__(retain_batch_size, forget_batch_size, eval_batch_size, seed, num_workers, micro_batch_size)
         config, _, split = forget.partition("/")
         if config not in ("raw", "scal", "sust") or split not in MUSE_LAYOUT.get(config, ()):
             raise UserError(f"forget={forget!r}: use raw/forget or scal|sust/forget_1..4")

@@ -49,7 +49,7 @@ class TofuDataModule(PairedDataModule, DataFromSource, QAFormatted):
                  max_length: int = MAX_LENGTH, retain_batch_size: int = 32, forget_batch_size: int = 32,
                  eval_batch_size: int = 64, seed: int = 0, num_workers: int = 0,
                  alternate_answers: str | None = None, input_format: str = "lit-unlearn",
-                 eval_items: int | None = None) -> None:
+                 eval_items: int | None = None, micro_batch_size: int | None = None) -> None:
         """
         Args:
             source: TofuSource / WaterDrumSource (default: the hub's locuslab/TOFU, forget10).
@@ -59,8 +59,10 @@ class TofuDataModule(PairedDataModule, DataFromSource, QAFormatted):
             input_format: "lit-unlearn" or "open-unlearning" (how prompt and answer are tokenised; see above).
             eval_items: the run's before/after loss table reads the first N items of each split instead of all
                 (retain90 is 3,600 items: two passes over it cost more than a short run at 7B on few devices).
+            micro_batch_size: the most items of each side one process passes through the model at once (its share
+                of the global batches split into equal micro-batches, gradients summed); None: all at once.
         """
-        super().__init__(retain_batch_size, forget_batch_size, eval_batch_size, seed, num_workers)
+        super().__init__(retain_batch_size, forget_batch_size, eval_batch_size, seed, num_workers, micro_batch_size)
         if eval_items is not None and eval_items < 1:
             raise UserError(f"eval_items must be ≥ 1 (or null for every item), got {eval_items}")
         self.eval_items = eval_items
@@ -98,9 +100,10 @@ class QADataModule(TofuDataModule):
     `eval_splits()`. The same batches, evaluation sets and resume behaviour as TofuDataModule."""
 
     def __init__(self, source: OwnData | TofuSource | None, tokenizer: Any, template: str = "plain",
-                 max_length: int = MAX_LENGTH, retain_batch_size: int = 32, forget_batch_size: int = 32, eval_batch_size: int = 64, seed: int = 0,
-                 num_workers: int = 0, alternate_answers: str | None = None, input_format: str = "lit-unlearn",
-                 eval_items: int | None = 200) -> None:
+                 max_length: int = MAX_LENGTH, retain_batch_size: int = 32, forget_batch_size: int = 32,
+                 eval_batch_size: int = 64, seed: int = 0, num_workers: int = 0,
+                 alternate_answers: str | None = None, input_format: str = "lit-unlearn", eval_items: int | None = 200,
+                 micro_batch_size: int | None = None) -> None:
         """
         Args:
             source: OwnData (forget, retain, holdout, evaluation files; format and column map).
@@ -110,11 +113,14 @@ class QADataModule(TofuDataModule):
             retain_batch_size: the global retain batch per step, split over every GPU of every node.
             forget_batch_size: the global forget batch per step.
             eval_items: the before/after loss table reads the first N items of each side (None: all).
+            micro_batch_size: the most items of each side one GPU passes through the model at once; its share of the
+                global batches is split into equal micro-batches (gradient accumulation). None: all at once.
         """
         if source is None:
             raise UserError("QADataModule needs a source: OwnData(forget=..., retain=...)")
         super().__init__(source, tokenizer, template, max_length, retain_batch_size, forget_batch_size,
-                         eval_batch_size, seed, num_workers, alternate_answers, input_format, eval_items)
+                         eval_batch_size, seed, num_workers, alternate_answers, input_format, eval_items,
+                         micro_batch_size)
 
 
 class QAFinetuneDataModule(pl.LightningDataModule):

@@ -100,8 +100,10 @@ def _world_size(trainer: dict) -> int | None:
 
 
 def check_batches(trainer: dict, data: dict) -> list[str]:
-    """The global batches split evenly over every process (each rank takes its slice of the same global batch, in
-    one pass: there is no gradient accumulation); a note says each process's share when there are several."""
+    """The global batches split evenly over every process, and each process's share into equal micro-batches of at
+    most `micro_batch_size` items (gradients summed before the step); a note says each process's work per step."""
+    from lit_unlearn.data.micro_batches import micro_batch_parts
+
     world = _world_size(trainer)
     args = _init_args(data)
     sizes = {name: args.get(name) for name in ("retain_batch_size", "forget_batch_size")}
@@ -109,11 +111,19 @@ def check_batches(trainer: dict, data: dict) -> list[str]:
         if world and isinstance(size, int) and size % world:
             raise UserError(f"data.init_args.{name}={size} is a global batch, split over {world} processes (devices x "
                             f"num_nodes): make it a multiple of {world}")
-    if world and world > 1 and all(isinstance(v, int) for v in sizes.values()):
-        r, f = sizes["retain_batch_size"], sizes["forget_batch_size"]
-        return [f"each of the {world} processes computes {r // world} retain + {f // world} forget items per step "
-                f"(the global {r} + {f})"]
-    return []
+    if not all(isinstance(v, int) for v in sizes.values()):
+        return []
+    r, f = (sizes[k] // (world or 1) for k in ("retain_batch_size", "forget_batch_size"))
+    micro = args.get("micro_batch_size")
+    parts = micro_batch_parts(r, f, micro if isinstance(micro, int) else None) if world else 1
+    notes = []
+    if world and world > 1:
+        notes.append(f"each of the {world} processes computes {r} retain + {f} forget items per step (the global "
+                     f"{sizes['retain_batch_size']} + {sizes['forget_batch_size']})")
+    if parts > 1:
+        notes.append(f"each process passes its share in {parts} micro-batches of {r // parts} retain + {f // parts} "
+                     f"forget items (micro_batch_size {micro}), their gradients summed before each step")
+    return notes
 
 
 def check_data(data: dict) -> list[str]:

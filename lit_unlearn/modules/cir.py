@@ -32,6 +32,7 @@ __all__ = ["CIRModule"]
 
 
 class CIRModule(UnlearningModule):
+    micro_batch_obstacle = "its hooks rebuild the forget gradients from one pass's activations"
     READS = frozenset({"surprisal", "activations"})  # the forget NLL, and the activations its update is built from
 
     def __init__(self, network: nn.Module, lr: float = 1e-2, retain_lr: float = 1e-3, components: int = 8,

@@ -45,10 +45,8 @@ class GradDiffModule(UnlearningModule):
 
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
         opt = self.optimizers()
-        loss_r = self.checked_loss(retain_batch, "retain")
-        grads_r = self.gradients(loss_r, release=True)
-        loss_f = self.checked_loss(forget_batch, "forget")
-        grads_f = self.gradients(loss_f, release=False)
+        loss_r, grads_r = self.micro_gradients(lambda b: self.checked_loss(b, "retain"), retain_batch, release=True)
+        loss_f, grads_f = self.micro_gradients(lambda b: self.checked_loss(b, "forget"), forget_batch, release=False)
         n = len(grads_f)
         # p.grad = w_r ∇L_r − w_f ∇L_f, the objective's gradient; for SGD pre-scaled by lr (SGD(lr=1) applies it).
         scale = self.lr if self.optimizer_name == "sgd" else 1.0

@@ -7,6 +7,8 @@ summed over the ranks, and the combined update is written back into the partitio
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -37,14 +39,51 @@ class GradientAccess:
         for p in params:
             p.grad = None
         self.manual_backward(loss, retain_graph=retain_graph)
+        return self._collected(release)
+
+    def _collected(self, release: bool) -> list[Tensor]:
+        """The p.grad tensors (zeros where a parameter got none), handed over when `release`."""
         grads = []
-        for p in params:
+        for p in self._params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             grads.append(p.grad)
             if release:
                 p.grad = None
         return grads
+
+    def micro_gradients(self, loss_of: Callable[..., Tensor], *batches, release: bool = True
+                        ) -> tuple[Tensor, list[Tensor]]:
+        """(the loss, its gradients) of `loss_of(*batches)`, over this step's micro-batches (`self.micro_parts`).
+
+        In one part this is `gradients(loss_of(*batches))`. In P parts, each batch is split into P equal parts
+        (lit_unlearn.data.micro_batches), `loss_of` is called on the i-th part of each, and the gradients of the
+        parts' losses, each weighted 1/P, are summed: unsharded in p.grad, under ZeRO in a local sum (a ZeRO
+        backward replaces or adds to its partition by stage, so each part's slices are read out). The loss returned
+        is the parts' weighted sum, detached. `release` as in `gradients`.
+        """
+        parts = self.micro_parts
+        if parts == 1:
+            loss = loss_of(*batches)
+            return loss, self.gradients(loss, release=release)
+        from lit_unlearn.data.micro_batches import split_batch
+
+        chunks = list(zip(*(split_batch(b, parts) for b in batches)))
+        params, total, summed = self._params, None, None
+        if not self.zero_stage:
+            for p in params:
+                p.grad = None
+        for chunk in chunks:
+            loss = loss_of(*chunk) / parts
+            if self.zero_stage:
+                self.optimizers().zero_grad()
+                self.manual_backward(loss)
+                local = read_local_grads(params, self.zero_stage, copy=True)
+                summed = local if summed is None else [s.add_(g) for s, g in zip(summed, local)]
+            else:
+                self.manual_backward(loss)  # adds to p.grad
+            total = loss.detach() if total is None else total + loss.detach()
+        return total, summed if self.zero_stage else self._collected(release)
 
     def set_update(self, grads: list[Tensor]) -> None:
         """Make `grads` (from `gradients()`, combined in place) what the optimizer step applies. Unsharded, they

@@ -367,16 +367,23 @@ class HAMUModule(UnlearningModule, QuotaSteered, UpdateGuarded, HardnessRecorded
         """(L_r, g_r, L_f, g_f) of this step; g_f stays in p.grad, where the update is written over it. With a
         forget ceiling c: L_f = mean_i min(NLL_i, c) (+ the capped entropy) and L_r += what is past the caps.
         With another forget objective, L_f is its gain (forget_gain)."""
+        cap = self.ceiling() if self.forget_objective == "nll" else None
+        if cap is None or self.micro_parts > 1:
+            # one backward per side (per micro-batch); with a ceiling the forget side's forward is taken twice
+
+            def retain_loss(r, f):
+                past = 0.0 if cap is None else self._capped_terms(f, cap)[1]
+                return self.checked(self.compute_loss(r) + past, "retain")
+
+            def forget_loss(f):
+                if self.forget_objective != "nll":
+                    return self.checked(self.forget_gain(f), "forget")
+                return self.checked(self.compute_loss(f) if cap is None else self._capped_terms(f, cap)[0], "forget")
+
+            loss_r, grads_r = self.micro_gradients(retain_loss, retain_batch, forget_batch, release=True)
+            loss_f, grads_f = self.micro_gradients(forget_loss, forget_batch, release=False)
+            return loss_r, grads_r, loss_f, grads_f
         loss_r = self.checked_loss(retain_batch, "retain")
-        if self.forget_objective != "nll":
-            grads_r = self.gradients(loss_r, release=True)
-            loss_f = self.checked(self.forget_gain(forget_batch), "forget")
-            return loss_r, grads_r, loss_f, self.gradients(loss_f, release=False)
-        cap = self.ceiling()
-        if cap is None:
-            grads_r = self.gradients(loss_r, release=True)
-            loss_f = self.checked_loss(forget_batch, "forget")
-            return loss_r, grads_r, loss_f, self.gradients(loss_f, release=False)
         capped, past = self._capped_terms(forget_batch, cap)
         loss_r = self.checked(loss_r + past, "retain")
         grads_r = self.gradients(loss_r, release=True, retain_graph=True)  # the forget pass is used again below

@@ -104,6 +104,12 @@ class HoldoutMatchModule(ObjectiveUnlearningModule):
         term, logs = self.forget_term(forget_batch)
         return self.plus_retain_nll(term, retain_batch, logs), logs
 
+    @property
+    def micro_batch_obstacle(self) -> str | None:
+        if self.sam_rho or self.relearn_lr:
+            return "the shifted forget terms of sam_rho and relearn_lr take passes of their own"
+        return None
+
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
         if not (self.sam_rho or self.relearn_lr):
             return super().unlearning_step(retain_batch, forget_batch)

@@ -107,8 +107,20 @@ class ObjectiveUnlearningModule(UnlearningModule):
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
         opt = self.optimizers()
         opt.zero_grad(set_to_none=True)
-        loss, logs = self.objective(retain_batch, forget_batch)
-        self.manual_backward(self.checked(loss, "training objective"))
+        if self.micro_parts == 1:
+            loss, logs = self.objective(retain_batch, forget_batch)
+            self.manual_backward(self.checked(loss, "training objective"))
+        else:  # the objective's gradient summed over the micro-batches, its logs averaged over them
+            logs = {}
+
+            def part_objective(retain_part, forget_part):
+                part_loss, part_logs = self.objective(retain_part, forget_part)
+                for k, v in part_logs.items():
+                    logs[k] = logs.get(k, 0.0) + float(v) / self.micro_parts
+                return self.checked(part_loss, "training objective")
+
+            loss, grads = self.micro_gradients(part_objective, retain_batch, forget_batch, release=False)
+            self.set_update(grads)
         opt.step()
         if not self.should_compute_diagnostics():
             return {}

@@ -120,6 +120,14 @@ class OFMUModule(UnlearningModule, RhoScheduled):
         self.stationary_at: int | None = None
         self._weights: ShardedWeights | None = None
 
+    @property
+    def micro_batch_obstacle(self) -> str | None:
+        # the finite-difference form needs first-order gradients only, which sum over micro-batches
+        if self.hvp == "autograd" or self.hvp_check_every_n_steps:
+            return "the exact Hessian-vector product differentiates one pass's gradient graph: use " \
+                   "hvp='finite_difference' and hvp_check_every_n_steps=0"
+        return None
+
     def setup(self, stage: str) -> None:
         super().setup(stage)
         world = self.trainer.world_size if self._trainer is not None else 1
@@ -151,12 +159,10 @@ class OFMUModule(UnlearningModule, RhoScheduled):
         def grads_at(direction: Sequence[Tensor] | None, step: float, which: str = "both"):
             g_f = g_r = loss_f = loss_r = None
             with self._moved(direction, step):
-                if which in ("both", "forget"):
-                    loss_f = self.checked_loss(forget_batch, "forget")
-                    g_f = self.gradients(loss_f)  # released: these tensors are ours, p.grad is reset
+                if which in ("both", "forget"):  # released: these tensors are ours, p.grad is reset
+                    loss_f, g_f = self.micro_gradients(lambda b: self.checked_loss(b, "forget"), forget_batch)
                 if which in ("both", "retain"):
-                    loss_r = self.checked_loss(retain_batch, "retain")
-                    g_r = self.gradients(loss_r)
+                    loss_r, g_r = self.micro_gradients(lambda b: self.checked_loss(b, "retain"), retain_batch)
             return g_f, g_r, None if loss_f is None else loss_f.detach(), None if loss_r is None else loss_r.detach()
 
         return grads_at

@@ -24,11 +24,12 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from lit_unlearn.algorithms.losses import IGNORE_INDEX, mean_nll
-from lit_unlearn.core.batches import is_token_batch, logits_and_labels
+from lit_unlearn.core.batches import batch_size, is_token_batch, logits_and_labels
 from lit_unlearn.storage.checkpoints import load_network_weights
 from lit_unlearn.distributed.sharded_grads import zero_stage
 from lit_unlearn.core.errors import UserError
-from lit_unlearn.core.plug_points import UnlearningRun
+from lit_unlearn.core.plug_points import MicroBatched, UnlearningRun, as_plug
+from lit_unlearn.data.micro_batches import micro_batch_parts, share_of
 from lit_unlearn.modules.eval_splits import EvalSplitMetrics
 from lit_unlearn.modules.gradient_access import GradientAccess
 from lit_unlearn.modules.run_report import RunReport
@@ -43,6 +44,9 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule, Unl
     # verdict is also given on the attacks that read none of them, which the objective cannot have been shaped to
     # pass. None: not declared, taken as every statistic but the learned attack's.
     READS: ClassVar[frozenset[str] | None] = None
+    # Why its step cannot split a share into micro-batches (None: it computes its gradients through
+    # GradientAccess.micro_gradients); a method, or an option, with backward passes of its own says why, and what to do.
+    micro_batch_obstacle: str | None = None
 
     @property
     def reads_statistics(self) -> frozenset[str]:
@@ -88,6 +92,9 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule, Unl
         # tokens of the retain and forget batches the steps read (token batches): a method's compute in token passes
         # is about 3 per token read (a forward and a backward pass each), more for methods with extra passes
         self.tokens_read = 0
+        # equal micro-batches each side of this step's share is split into (the datamodule's micro_batch_size):
+        # GradientAccess.micro_gradients sums their gradients
+        self.micro_parts = 1
 
     # ----- hooks a subclass may override -------------------------------------------------------------------------
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float | Tensor]:
@@ -111,11 +118,16 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule, Unl
         logits, labels = self.logits_and_labels(batch)
         loss = mean_nll(logits, labels)
         world = self.trainer.world_size if self._trainer is not None else 1
-        if world > 1 and is_token_batch(batch) and dist.is_available() and dist.is_initialized():
+        distributed = world > 1 and dist.is_available() and dist.is_initialized()
+        share = share_of(batch)  # a micro-batch: normalised by its whole share's token count, like one more rank
+        if is_token_batch(batch) and (distributed or share is not None):
             local = (labels != IGNORE_INDEX).sum().to(torch.float64)
-            total = local.clone()
-            dist.all_reduce(total)
-            loss = loss * (local * world / total).to(loss.dtype)
+            total = local.clone() if share is None else torch.tensor(float(share.tokens), dtype=torch.float64,
+                                                                      device=local.device)
+            if distributed:
+                dist.all_reduce(total)
+            parts = share.parts if share is not None else 1
+            loss = loss * (local * (world if distributed else 1) * parts / total).to(loss.dtype)
         return loss
 
     def item_losses(self, batch, with_entropy: bool = False, token_cap: float | None = None
@@ -147,7 +159,8 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule, Unl
 
     def item_count(self, local: int, device=None) -> float:
         """What a rank divides its sum of per-item values by so that the ranks' average is the global batch's
-        mean: the global item count over the world size (the local count in one process)."""
+        mean: the global item count over the world size (the local count in one process). A micro-batch needs
+        nothing more: the parts are equal, so their item means, averaged, are the share's."""
         count = float(local)
         world = self.trainer.world_size if self._trainer is not None else 1
         if world > 1 and dist.is_available() and dist.is_initialized():
@@ -223,6 +236,7 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule, Unl
         if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
             raise UserError("unlearning trainers expect (retain_batch, forget_batch) pairs: use a PairedDataModule")
         retain_batch, forget_batch = batch
+        self.micro_parts = self.micro_batch_parts(retain_batch, forget_batch)
         self.tokens_read += sum(int(b["attention_mask"].sum()) for b in (retain_batch, forget_batch)
                                 if is_token_batch(b) and "attention_mask" in b)
         logs = self.unlearning_step(retain_batch, forget_batch)
@@ -232,6 +246,21 @@ class UnlearningModule(GradientAccess, EvalSplitMetrics, pl.LightningModule, Unl
             self.log_dict(shown, on_step=True, on_epoch=False, prog_bar=True)  # in the progress bar too
             if rest:
                 self.log_dict(rest, on_step=True, on_epoch=False, prog_bar=False)
+
+    def micro_batch_parts(self, retain_batch, forget_batch) -> int:
+        """Into how many equal micro-batches this step's share is split (the datamodule's micro_batch_size; 1 when
+        it has none or the module runs without a datamodule)."""
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        plug = as_plug(datamodule, MicroBatched)
+        size = plug.micro_batch_size if plug is not None else None
+        if size is None:
+            return 1
+        parts = micro_batch_parts(batch_size(retain_batch), batch_size(forget_batch), size)
+        if parts > 1 and self.micro_batch_obstacle:
+            raise UserError(f"{type(self).__name__} cannot split a step into micro-batches ({self.micro_batch_obstacle}"
+                            f"): set data.init_args.micro_batch_size to null, and lower the global batch or add GPUs "
+                            f"if a process's share does not fit")
+        return parts
 
     def on_train_start(self) -> None:
         self.evaluate_start()
