@@ -9,19 +9,19 @@ the audit is the packaged `audit_tofu` config.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from report import options  # benchmarks/report.py, beside this script
+
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = options(__doc__)
     ap.add_argument("--run", default="runs/demo_seeds/level01_seed0")
     ap.add_argument("--out", default="runs/audit_demo")
-    ap.add_argument("--write", default=None)
     args = ap.parse_args()
     run = max(Path(args.run).glob("runs/tofu/*/version_*"), key=lambda p: p.stat().st_mtime)
     world = Path(os.path.relpath((Path(args.run) / "runs/tofu/world").resolve()))  # the world the link points to

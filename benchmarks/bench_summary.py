@@ -13,9 +13,10 @@ Per method and level, over the test seeds:
 
 from __future__ import annotations
 
-import argparse
 import csv
 from pathlib import Path
+
+from report import options, publish  # benchmarks/report.py, beside this script
 
 ATTACKS = ("band ratio", "relearn band ratio", "int4 band ratio", "unread band ratio")
 
@@ -84,16 +85,13 @@ def render(levels: dict[str, Path], floor: float) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = options(__doc__, full=True)
     ap.add_argument("--level", action="append", required=True, help="LEVEL=BENCH_OUT_FOLDER")
     ap.add_argument("--floor", type=float, default=0.9)
-    ap.add_argument("--write", type=Path)
     args = ap.parse_args()
     levels = dict(item.split("=", 1) for item in args.level)
     text = render({lv.zfill(2): Path(p) for lv, p in levels.items()}, args.floor)
-    print(text)
-    if args.write:
-        args.write.write_text(text + "\n")
+    publish(text + "\n", args.write)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from lit_unlearn.verification.holdout_calibration import margin_key  # noqa: E402
-from process_pool import run_all  # noqa: E402  (benchmarks/, this script's folder)
+
+from report import options  # benchmarks/report.py, beside this script
+from process_pool import run_all  # benchmarks/process_pool.py, beside this script
 
 MODELS = ("retain_only", "target")
 CASE_VERSION = 1
@@ -272,7 +274,7 @@ def power_table(cases: list[dict], margins: dict, fg: list, hg: list, attacks: l
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = options(__doc__, write=False)
     ap.add_argument("--worlds", default="runs/tofu/worlds")
     ap.add_argument("--calibration-seeds", default=",".join(str(s) for s in range(100, 116)))
     ap.add_argument("--test-seeds", default="0,1,2,3,4,5")

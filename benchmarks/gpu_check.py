@@ -18,7 +18,6 @@ GradDiff's by more than one fp32 gradient copy or if any step is non-finite.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -29,6 +28,8 @@ import warnings
 from pathlib import Path
 
 import torch
+
+from report import options  # benchmarks/report.py, beside this script
 
 GB = 1024**3
 LLAMA2_7B = {"vocab_size": 32000, "hidden_size": 4096, "layers": 32, "heads": 32, "kv_heads": 32,
@@ -241,7 +242,7 @@ def computed_memory(n_params: int, cfg: dict, s: dict) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = options(__doc__, full=True, write=False)
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny Llama: checks the script end to end")
     ap.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results")
     ap.add_argument("--only", action="append", default=None, metavar="PART",

@@ -10,15 +10,16 @@ norm 1, until that NLL passes the target's mean holdout NLL (minus 0.2); SGD at 
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import warnings
 
 import torch
 
+from report import options  # benchmarks/report.py, beside this script
+
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = options(__doc__, write=False)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--worlds", default="runs/tofu/worlds")
     args = ap.parse_args()

@@ -9,12 +9,13 @@ Prints the median time of each and their ratio, and the largest difference betwe
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
 
 from lit_unlearn.algorithms import combine_into
+
+from report import options  # benchmarks/report.py, beside this script
 
 
 def median_time(fn, repeats: int, sync) -> float:
@@ -29,7 +30,7 @@ def median_time(fn, repeats: int, sync) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = options(__doc__, full=True, write=False)
     ap.add_argument("--elements", type=int, default=50_000_000, help="one gradient tensor's size (bf16)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", action="append", choices=("cpu", "cuda"), help="default: the CPU and any GPU")

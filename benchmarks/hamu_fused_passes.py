@@ -9,7 +9,6 @@ Prints the median time of each and the ratio, and how far the fused results are 
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
@@ -18,12 +17,14 @@ from hamu_combine_speed import median_time
 from lit_unlearn.algorithms import combine_into, tensor_stats
 from lit_unlearn.algorithms.fused_passes import fused_combine_into, fused_tensor_stats
 
+from report import options  # benchmarks/report.py, beside this script
+
 # (rows, cols, count) of Llama-2-7B's weight matrices: embedding and head, then 32 layers of q, k, v, o, gate, up, down
 LAYOUT = [(32000, 4096, 2), (4096, 4096, 4 * 32), (11008, 4096, 3 * 32)]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = options(__doc__, full=True, write=False)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--scale", type=float, default=0.1, help="fraction of the 7B layout's tensors to build")
     ap.add_argument("--repeats", type=int, default=5)

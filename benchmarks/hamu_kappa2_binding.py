@@ -15,10 +15,11 @@ of 3 in a row (patience 3), the step where −ΔL_r is largest (its turn) and Δ
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+
+from report import options, publish  # benchmarks/report.py, beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -89,7 +90,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = options(__doc__)
     ap.add_argument("--world", required=True)
     ap.add_argument("--level", default="01")
     ap.add_argument("--eta", type=float, default=0.05)
@@ -97,20 +98,17 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--out", default="runs/hamu_kappa2")
-    ap.add_argument("--write")
     args = ap.parse_args()
     rows = [summary(run(Path(args.world), args.level, args.eta, float(q), args.steps, args.every, Path(args.out)))
             for q in args.quotas.split(",")]
     text = table(rows)
-    print(text)
-    if args.write:
-        head = ("# HAMU's κ₂ stop where its constraint binds\n\n> Does the κ₂ rule fire near the turn of −ΔL_r once Q is "
-                "near the reachable gain?\n> Validation world, HAMU's paper form (clipped units), no stop: every run "
-                "goes past the rule.\n> Irreconcilable: the step's reachable gain without raising L_r fell below Q.\n\n"
-                f"Command: `python benchmarks/hamu_kappa2_binding.py {' '.join(sys.argv[1:])}`. η {args.eta:g}, "
-                f"forget{args.level}, {args.steps} steps, batches 32 + 32, losses every {args.every} steps on the "
-                "first 200 forget and retain items (ΔL_f, −ΔL_r from the start).\n\n")
-        Path(args.write).write_text(head + text + "\n")
+    head = ("# HAMU's κ₂ stop where its constraint binds\n\n> Does the κ₂ rule fire near the turn of −ΔL_r once Q is "
+            "near the reachable gain?\n> Validation world, HAMU's paper form (clipped units), no stop: every run "
+            "goes past the rule.\n> Irreconcilable: the step's reachable gain without raising L_r fell below Q.\n\n"
+            f"Command: `python benchmarks/hamu_kappa2_binding.py {' '.join(sys.argv[1:])}`. η {args.eta:g}, "
+            f"forget{args.level}, {args.steps} steps, batches 32 + 32, losses every {args.every} steps on the "
+            "first 200 forget and retain items (ΔL_f, −ΔL_r from the start).\n\n")
+    publish(text + "\n", args.write, head)
 
 
 if __name__ == "__main__":

@@ -16,11 +16,12 @@ start (on the run's evaluation items, the same in both variants: the duplicates 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 from pathlib import Path
+
+from report import options, publish  # benchmarks/report.py, beside this script
 
 METHODS = {
     "HAMU": {"class_path": "lit_unlearn.modules.HAMUModule", "init_args": {"eta": 0.05, "quota": 0.005}},
@@ -65,14 +66,13 @@ def run(world: Path, level: str, duplicates: bool, method: str, steps: int, out:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = options(__doc__)
     parser.add_argument("--world", required=True, help="a built world folder (runs/tofu/worlds/seed100-…)")
     parser.add_argument("--level", default="10")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--studies", default="hardness")
     parser.add_argument("--out", default="runs/hamu_hardness")
-    parser.add_argument("--write")
     args = parser.parse_args()
     world, out = Path(args.world), Path(args.out)
     studies = args.studies.split(",")
@@ -124,9 +124,7 @@ def main() -> None:
                   *[f"| {r['variant']} | {fmt(r['delta_forget'])} | {fmt(r['neg_delta_retain'])} | "
                     f"{fmt(r['kappa_mean'])} |" for r in ablation_rows]]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.write:
-        Path(args.write).write_text(text)
+    publish(text, args.write)
 
 
 if __name__ == "__main__":

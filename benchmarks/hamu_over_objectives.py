@@ -18,13 +18,14 @@ stop rule and verdict (issue: HAMU over any forget objective).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tofu_demo_seeds import run_seed  # noqa: E402
+
+from report import options, publish  # benchmarks/report.py, beside this script
 
 GRID = [(0.2, 0.05), (1.0, 0.25)]
 HAMU = "tofu_tiny_hamu_holdout_match"
@@ -61,13 +62,12 @@ def steering(folder: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = options(__doc__)
     parser.add_argument("--worlds", default="runs/tofu/worlds")
     parser.add_argument("--out", default="runs/hamu_objectives")
     parser.add_argument("--validation", type=int, default=100)
     parser.add_argument("--test", default="0,1,2")
     parser.add_argument("--level", default="01")
-    parser.add_argument("--write")
     parser.add_argument("--holdout-match-runs", help="DIR of benchmarks/tofu_demo_seeds.py runs to reuse")
     args = parser.parse_args()
     worlds, out = Path(args.worlds), Path(args.out)
@@ -121,9 +121,7 @@ def main() -> None:
     lines += ["", f"Seeds where both pass before any attack: {len(both)} of {len(rows) // 2}; of those, HAMU keeps more "
               f"utility in {sum(b['mu_ratio'] > a['mu_ratio'] for a, b in both)}."]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.write:
-        Path(args.write).write_text(text)
+    publish(text, args.write)
 
 
 if __name__ == "__main__":

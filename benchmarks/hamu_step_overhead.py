@@ -9,7 +9,6 @@ diagnostics at Lightning's default interval (every 50 steps; --log-every 1 is th
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 import warnings
@@ -21,6 +20,8 @@ from lightning.pytorch.callbacks import Callback
 from lit_unlearn.data import ArrayDataset, PairedDataModule
 from lit_unlearn.models import resnet20
 from lit_unlearn.modules import GradDiffModule, HAMUModule
+
+from report import options  # benchmarks/report.py, beside this script
 
 
 class SyntheticCifar(PairedDataModule):
@@ -56,7 +57,7 @@ def time_steps(make_module, steps: int, batch: int, log_every: int = 50) -> list
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = options(__doc__, full=True, write=False)
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=128)

@@ -6,15 +6,16 @@ Prints, per path, the median wall time of a fresh process over the rounds (alter
 and its ratio to a bare `import lightning.pytorch`. Target: every help path <= 1.5 s.
 """
 
-import argparse
 import statistics
 import subprocess
 import sys
 import time
 
+from report import options  # benchmarks/report.py, beside this script
+
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = options(__doc__, write=False)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     from lit_unlearn.commands import all_commands

@@ -38,8 +38,9 @@ largest gradient and activations while computing; the reduction's copies), over 
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
+
+from report import options  # benchmarks/report.py, beside this script
 
 GB = 1024**3
 LLAMA2_7B = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
@@ -121,7 +122,7 @@ def rank_memory(s: Setting) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = options(__doc__, full=True, write=False)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--micro-batch", type=int, default=4, help="sequences per GPU per side (retain, forget)")
     ap.add_argument("--seq", type=int, default=512)

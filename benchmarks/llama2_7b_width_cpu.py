@@ -40,6 +40,8 @@ import threading
 import time
 from pathlib import Path
 
+from report import options, publish  # benchmarks/report.py, beside this script
+
 HERE = Path(__file__).resolve().parent
 GB = 1024**3
 WIDTH = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
@@ -620,7 +622,7 @@ def summary(report: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = options(__doc__, full=True)
     ap.add_argument("--layers", type=int, default=1, help="depth (Llama-2-7B has 32)")
     ap.add_argument("--steps", type=int, default=3, help="steps of the checkpointed HAMU ZeRO-3 run")
     ap.add_argument("--baseline-steps", type=int, default=2, help="steps of every other run (the first is warm-up)")
@@ -633,7 +635,6 @@ def main() -> None:
     ap.add_argument("--eval-items", type=int, default=64, help="0: no evaluator measurement")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--out", default="runs/width7b")
-    ap.add_argument("--write", help="also write the tables as markdown here")
     ap.add_argument("--summarise", action="store_true", help="only print (and --write) the tables of OUT/report.json")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--eval-worker", action="store_true", help=argparse.SUPPRESS)
@@ -701,11 +702,8 @@ def main() -> None:
 
 
 def write_summary(report: dict, args) -> None:
-    text = summary(report)
-    print(text)
-    if args.write:
-        Path(args.write).write_text(f"<!-- python benchmarks/llama2_7b_width_cpu.py --layers {report['layers']} "
-                                    f"--steps {report['steps']} --write {args.write} -->\n" + text)
+    publish(summary(report), args.write, f"<!-- python benchmarks/llama2_7b_width_cpu.py --layers {report['layers']} "
+                                         f"--steps {report['steps']} --write {args.write} -->\n")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ ratio ≤ 1.05 (HAMU at most 5 % slower), with diagnostics at Lightning's defaul
 
 from __future__ import annotations
 
-import argparse
 import logging
 import statistics
 import tempfile
@@ -23,6 +22,8 @@ from lit_unlearn.data import TofuDataModule, TofuSource, generate_fictitious_tof
 from lit_unlearn.models import CausalLM, tiny_llama_config
 from lit_unlearn.modules import GradDiffModule, HAMUModule
 from lit_unlearn.worlds.tiny_llama import TINY_SIZE
+
+from report import options  # benchmarks/report.py, beside this script
 
 
 class TokenTimer(Callback):
@@ -52,7 +53,7 @@ def rates(make_module, dm_factory, steps: int, log_every: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = options(__doc__, full=True, write=False)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=32)

@@ -16,12 +16,13 @@ retain-only model and model utility (TofuEvaluation), and ΔL_f / −ΔL_r on th
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
 import sys
 from pathlib import Path
+
+from report import options, publish  # benchmarks/report.py, beside this script
 
 OFMU = {"inner_steps": 2, "outer_lr": 0.01, "beta": 0.1, "inner_clip_norm": 1.0, "outer_clip_norm": 1.0,
         "hvp": "finite_difference"}
@@ -73,11 +74,10 @@ def run(world: Path, inner_lr: float, steps: int, variant: str, out: Path) -> di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = options(__doc__)
     parser.add_argument("--worlds", default="runs/tofu/worlds")
     parser.add_argument("--seed", type=int, default=100)
     parser.add_argument("--out", default="runs/ofmu_ablations")
-    parser.add_argument("--write")
     args = parser.parse_args()
     from lit_unlearn.worlds.tofu_world import prepare_tofu_world
 
@@ -99,9 +99,7 @@ def main() -> None:
               f"{g(r['penalty_share'])} | {g(r['inner_shift'])} | {g(r['outer_step'])} | {g(r['cosine'])} |"
               for r in rows]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.write:
-        Path(args.write).write_text(text)
+    publish(text, args.write)
 
 
 if __name__ == "__main__":

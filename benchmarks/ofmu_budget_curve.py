@@ -10,9 +10,10 @@ test seeds with the half-width of its 95 % t-interval. Reads only results.csv; t
 
 from __future__ import annotations
 
-import argparse
 import csv
 from pathlib import Path
+
+from report import options  # benchmarks/report.py, beside this script
 
 PAPER = {"GA": (1.88e-4, 0.55), "NPO": (0.40, 0.58), "RMU": (0.40, 0.62), "OFMU": (0.42, 0.63)}  # 7B, forget01
 
@@ -82,11 +83,10 @@ def figure(points: dict[str, list], path: Path, level: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = options(__doc__)
     parser.add_argument("--runs", nargs="+", required=True, help="EPOCHS=FOLDER, one per budget")
     parser.add_argument("--level", default="01")
     parser.add_argument("--figure", type=Path)
-    parser.add_argument("--write", type=Path)
     args = parser.parse_args()
     runs = {}
     for item in args.runs:

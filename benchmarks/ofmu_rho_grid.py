@@ -11,10 +11,11 @@ as one JSON line when it finishes (a rerun skips the points already there).
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
+
+from report import options  # benchmarks/report.py, beside this script
 
 
 def evaluate(network, world, level: str, tok) -> dict:
@@ -60,7 +61,7 @@ def run_point(world, level: str, rho0: float, inner_steps: int, rounds: int, lr:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = options(__doc__)
     ap.add_argument("--worlds", default="runs/tofu/worlds")
     ap.add_argument("--seed", type=int, default=100)
     ap.add_argument("--level", default="01")
@@ -71,7 +72,6 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1.1, help="ρ_k = ρ_0·rate^k")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--out", default="runs/ofmu_rho_grid")
-    ap.add_argument("--write", default=None)
     args = ap.parse_args()
     from lit_unlearn.data.tokenizer import load_tokenizer
     from lit_unlearn.models import CausalLM

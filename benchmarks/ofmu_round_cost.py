@@ -15,7 +15,6 @@ beyond the algorithm), and c_phi/u, c_outer/u against a rule of thumb (double ba
 
 from __future__ import annotations
 
-import argparse
 import logging
 import statistics
 import time
@@ -30,6 +29,8 @@ from lit_unlearn.models import CifarResNet
 from lit_unlearn.modules import OFMUModule
 
 from hamu_step_overhead import StepTimer, SyntheticCifar  # noqa: E402  (same folder)
+
+from report import options  # benchmarks/report.py, beside this script
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -61,7 +62,7 @@ def components(net, batch, beta, repeats):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = options(__doc__, full=True, write=False)
     parser.add_argument("--inner-steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--batch", type=int, default=64)

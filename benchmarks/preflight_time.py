@@ -8,7 +8,6 @@ on a tiny Llama written by transformers (at 7B the model load the preflight spar
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
@@ -18,11 +17,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from report import options  # benchmarks/report.py, beside this script
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test-time job maker
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = options(__doc__, write=False)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     from own_job_files import write_data, write_model

@@ -19,12 +19,13 @@ relearning part's band ratio, and against model utility).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from report import options  # benchmarks/report.py, beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -267,14 +268,13 @@ def figure(rows: list[dict], path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = options(__doc__)
     ap.add_argument("--worlds", default="runs/tofu/worlds")
     ap.add_argument("--seeds", default="100")
     ap.add_argument("--level", default="01")
     ap.add_argument("--teacher", default="tofu_tiny_holdout_match")
     ap.add_argument("--points", default="default", choices=sorted(POINTS))
     ap.add_argument("--out", default="runs/robustness")
-    ap.add_argument("--write", default=None, help="a markdown file for the table (the figure beside it, .png)")
     args = ap.parse_args()
     rows = []
     for seed in [int(s) for s in args.seeds.split(",")]:

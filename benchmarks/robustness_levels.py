@@ -12,10 +12,11 @@ taken relative to the target of the same world. A method's compute share is the 
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from pathlib import Path
+
+from report import options  # benchmarks/report.py, beside this script
 
 UTILITY_FLOOR, COMPUTE_CEILING = 0.95, 0.5
 
@@ -94,10 +95,9 @@ def figure(levels: dict[str, list[dict]], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = options(__doc__)
     parser.add_argument("--level", action="append", required=True, help="LEVEL=BENCH_FOLDER")
     parser.add_argument("--figure", type=Path)
-    parser.add_argument("--write", type=Path)
     args = parser.parse_args()
     levels = {}
     for item in args.level:

@@ -14,13 +14,14 @@ gap.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from report import options  # benchmarks/report.py, beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -141,12 +142,11 @@ def main() -> None:
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = options(__doc__)
     ap.add_argument("--level", default="01")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--worlds", default="runs/tofu/worlds")
     ap.add_argument("--out", default="runs/demo_seeds")
-    ap.add_argument("--write", default=None)
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 2))
     rows = []

@@ -18,7 +18,6 @@ Levers, each against its alternative in alternating rounds, with the largest dif
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
@@ -26,9 +25,11 @@ import time
 import warnings
 from pathlib import Path
 
+from report import options  # benchmarks/report.py, beside this script
+
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = options(__doc__, full=True, write=False)
     ap.add_argument("--world", default=None, help="a TOFU world folder (default: seed 0's, built if missing)")
     ap.add_argument("--level", default="10", choices=("01", "05", "10"))
     ap.add_argument("--rounds", type=int, default=3)

@@ -24,7 +24,6 @@ Every number both report is compared; the largest difference is printed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -36,6 +35,8 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+
+from report import options  # benchmarks/report.py, beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 COMMIT = "d3d7cf9"
@@ -128,7 +129,7 @@ def _log_span(log: str) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = options(__doc__, full=True, write=False)
     ap.add_argument("checkout", help="an open-unlearning checkout (git clone ...; git checkout d3d7cf9)")
     ap.add_argument("--level", default="10", choices=("01", "05", "10"))
     ap.add_argument("--rounds", type=int, default=3)

@@ -12,8 +12,8 @@ the authors relearning_probe.relearn_split leaves out.
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
+
+from report import options, publish  # benchmarks/report.py, beside this script
 
 AUTHORS = {"01": 2, "05": 10, "10": 20}  # TOFU's forget (and holdout) authors per level, 20 items each
 PART_KEYS = {"before": "none", "relearning": "relearning", "quantisation": "int4"}
@@ -66,21 +66,18 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = options(__doc__)
     ap.add_argument("--levels", default="01,05,10")
-    ap.add_argument("--write", help="write the table (markdown) here")
     args = ap.parse_args()
     rows = [r for level in args.levels.split(",") for r in level_rows(level)]
     text = table(rows)
-    print(text)
-    if args.write:
-        head = ("# The full verdict's power at TOFU's levels\n\n> What the verdict could have caught, per level and "
-                "part, with the packaged margins.\n> A check has power when it fails a true AUC of 0.8 at least half "
-                "the time (simulated) and its margin is below 0.5.\n> The detectable AUC: the smallest true AUC the "
-                "most sensitive check with power fails 80 % of the time.\n\nCommand: `python benchmarks/"
-                "verdict_power.py --write docs/generated/verdict_power.md`. Relearning is measured on the forget "
-                "authors it did not train on; its margins are the worst of its eight rates and step counts.\n\n")
-        Path(args.write).write_text(head + text + "\n")
+    head = ("# The full verdict's power at TOFU's levels\n\n> What the verdict could have caught, per level and "
+            "part, with the packaged margins.\n> A check has power when it fails a true AUC of 0.8 at least half "
+            "the time (simulated) and its margin is below 0.5.\n> The detectable AUC: the smallest true AUC the "
+            "most sensitive check with power fails 80 % of the time.\n\nCommand: `python benchmarks/"
+            "verdict_power.py --write docs/generated/verdict_power.md`. Relearning is measured on the forget "
+            "authors it did not train on; its margins are the worst of its eight rates and step counts.\n\n")
+    publish(text + "\n", args.write, head)
 
 
 if __name__ == "__main__":

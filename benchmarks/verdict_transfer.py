@@ -21,7 +21,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from process_pool import run_all  # noqa: E402  (benchmarks/, this script's folder)
+from process_pool import run_all  # benchmarks/process_pool.py, beside this script
+
+from report import options, publish  # benchmarks/report.py, beside this script
 
 RECIPES = {
     "calibration's": {},
@@ -110,13 +112,12 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = options(__doc__)
     ap.add_argument("--worlds", default="runs/tofu/transfer_worlds")
     ap.add_argument("--levels", default="05")
     ap.add_argument("--seeds", default="6,7")
     ap.add_argument("--recipes", default="all", help="comma-separated names of RECIPES, or all")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--write", help="write the table (markdown) here")
     ap.add_argument("--case", nargs=4, metavar=("WORLDS", "RECIPE", "SEED", "LEVEL"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.case:
@@ -130,16 +131,14 @@ def main() -> None:
             "case", stop_on_failure=False)
     rows = [json.loads(case_file(args.worlds, *t).read_text()) for t in todo if case_file(args.worlds, *t).is_file()]
     text = table(rows)
-    print(text)
-    if args.write:
-        head = ("# Does the verdict travel? Never-saw-it models and targets of other recipes\n\n"
-                "> The full verdict with the packaged margins on models built by recipes other than the calibration's.\n"
-                "> Aim: never-saw-it models read \"forgotten\" in >= 90 % of cases, targets in 0 %.\n"
-                "> A case is one world (recipe, seed) and one half of its items.\n\n"
-                f"Command: `python benchmarks/verdict_transfer.py --levels {args.levels} --seeds {args.seeds} "
-                f"--recipes {args.recipes} --write {args.write}`. \"Every band passes\": all checks inside their "
-                "margins, power aside; \"undecided\": every band passes but a part has no check with power.\n\n")
-        Path(args.write).write_text(head + text + "\n")
+    head = ("# Does the verdict travel? Never-saw-it models and targets of other recipes\n\n"
+            "> The full verdict with the packaged margins on models built by recipes other than the calibration's.\n"
+            "> Aim: never-saw-it models read \"forgotten\" in >= 90 % of cases, targets in 0 %.\n"
+            "> A case is one world (recipe, seed) and one half of its items.\n\n"
+            f"Command: `python benchmarks/verdict_transfer.py --levels {args.levels} --seeds {args.seeds} "
+            f"--recipes {args.recipes} --write {args.write}`. \"Every band passes\": all checks inside their "
+            "margins, power aside; \"undecided\": every band passes but a part has no check with power.\n\n")
+    publish(text + "\n", args.write, head)
 
 
 if __name__ == "__main__":

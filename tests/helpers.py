@@ -193,3 +193,20 @@ class PlantedDistribution:
                 return out
 
         return Planted()
+
+
+def benchmark_script(name):
+    """benchmarks/NAME.py as a module, loaded as `python benchmarks/NAME.py` runs it: with its folder on the path
+    (the scripts import benchmarks/report.py beside them) and registered (dataclasses look their module up)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

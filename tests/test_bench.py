@@ -38,7 +38,7 @@ def test_every_packaged_bench_method_builds_at_every_grid_point(preset):
 
 def test_packaged_bench_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
     spec = load_bench_spec(packaged_config("bench_tofu_tiny"))
-    assert {m.name for m in spec.methods} >= {"GA", "GradDiff", "NPO", "SimNPO", "IdkDPO", "RMU", "HAMU", "OFMU"}
+    assert {m.name for m in spec.methods} >= {"GA", "GradDiff", "NPO", "SimNPO", "IdkDPO", "RMU", "HAMU", "OFMU", "OFMU (clipped)"}
     assert spec.forget_levels == ["01", "05", "10"] and spec.data["kind"] == "world" and len(spec.seeds) >= 3
     assert spec.epochs and spec.audit and spec.validation_level == "all"  # a budget per level, chosen per level
     ofmu = next(m for m in spec.methods if m.name == "OFMU")
@@ -218,7 +218,7 @@ def test_the_papers_selection_reads_forget_quality_and_the_report_says_so(tmp_pa
 
     spec = load_bench_spec(packaged_config("bench_tofu_ofmu_paper", ("bench",), "bench"))
     assert spec.selection == "forget_quality" and {m.name for m in spec.methods} == {"GA", "GradDiff", "NPO", "RMU",
-                                                                                     "OFMU"}
+                                                                                     "OFMU", "OFMU (clipped)"}
     rows = [{"point": {"lr": 1}, "MU": 0.60, "FQ (gold)": 0.40, "band ratio (steering)": 1.5},
             {"point": {"lr": 2}, "MU": 0.64, "FQ (gold)": 0.10, "band ratio (steering)": 0.9},
             {"point": {"lr": 3}, "MU": 0.20, "FQ (gold)": 0.90, "band ratio (steering)": 1.0}]

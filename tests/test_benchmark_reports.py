@@ -2,20 +2,12 @@
 here by hand (each number below is worked out in the comment beside it)."""
 
 import csv
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import benchmark_script as _script
 
-
-def _script(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_robustness_levels_takes_utility_against_the_same_worlds_target_and_counts_only_seeds_meeting_all_three(
@@ -67,3 +59,30 @@ def test_robustness_compute_marks_a_point_only_where_all_three_targets_hold():
     lines = compute.table(rows).splitlines()[2:]
     assert [line.rsplit("|", 2)[1].strip() for line in lines] == ["yes", "no", "no", "no"]
     assert "| 0.949 |" in lines[1] and "| 51% |" in lines[2] and "not forgotten (loss, pooled, relearn)" in lines[3]
+
+
+def _report_shape(source: str) -> list[str]:
+    """What a benchmark script does by hand that benchmarks/report.py does for every script: its own parser, its own
+    --write option, or its own print-then-write tail."""
+    import re
+
+    found = []
+    if "argparse.ArgumentParser(" in source:
+        found.append("builds its own ArgumentParser (use report.options)")
+    if re.search(r'add_argument\(\s*"--write"', source) and "action=\"store_true\"" not in source:
+        found.append("declares --write itself (report.options has it)")
+    if re.search(r"if args\.write:\n\s+.*write_text\(", source):
+        found.append("writes its report by hand (use report.publish)")
+    return found
+
+
+def test_every_benchmark_script_states_its_options_and_writes_its_report_through_the_shared_helper():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    found = {p.name: hits for p in sorted(folder.glob("*.py"))
+             if p.name != "report.py" and (hits := _report_shape(p.read_text()))}
+    assert not found, found
+    planted = ('def main():\n    ap = argparse.ArgumentParser()\n    ap.add_argument("--write")\n    args = ap.parse_args()\n'
+               '    if args.write:\n        Path(args.write).write_text(text)\n')
+    assert len(_report_shape(planted)) == 3

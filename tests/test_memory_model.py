@@ -1,18 +1,12 @@
 """The memory model's parameter count (benchmarks/llama2_7b_memory.py) against transformers' own model on the meta
 device, and the terms that distinguish ZeRO-2 from ZeRO-3 and one method from another."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-SPEC = importlib.util.spec_from_file_location("llama2_7b_memory",
-                                              Path(__file__).parents[1] / "benchmarks" / "llama2_7b_memory.py")
-memory = importlib.util.module_from_spec(SPEC)
-sys.modules[SPEC.name] = memory  # dataclasses look their module up there
-SPEC.loader.exec_module(memory)
+from helpers import benchmark_script
+
+memory = benchmark_script("llama2_7b_memory")
 
 
 @pytest.mark.parametrize("cfg", [memory.LLAMA2_7B, {**memory.LLAMA2_7B, "num_hidden_layers": 1},

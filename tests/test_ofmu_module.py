@@ -174,6 +174,27 @@ def test_rho_scheduler_sets_and_logs_rho_and_resume_mid_schedule_is_exact(tmp_pa
     assert sched_b.current == sched.current
 
 
+def test_a_schedule_without_rho0_rises_from_the_modules_rho_also_after_a_resume(tmp_path):
+    """rho0=None: ρ_0 is the module's `rho` as built (what a bench grid sets), read once; a resumed run, whose module
+    comes back holding the last round's ρ, still rises from the first run's ρ_0."""
+    def run(max_steps, ckpt_path=None, folder="a"):
+        torch.manual_seed(0)
+        module = OFMUModule(tiny_mlp(), inner_steps=1, inner_lr=0.02, outer_lr=0.05, rho=0.01)
+        sched = RhoScheduler("geometric", rho0=None, rate=2.0, cap=None)
+        saver = FinalCheckpoint(dirpath=str(tmp_path / folder), every_n_train_steps=2, save_last=True)
+        quick_trainer(max_steps, callbacks=[sched, saver], enable_checkpointing=True,
+                      limit_val_batches=0).fit(module, digits_dm(), ckpt_path=ckpt_path)
+        return module, sched
+
+    straight, sched = run(4)
+    assert sched.start == 0.01 and sched.current == pytest.approx(0.01 * 2 ** 3) and straight.rho == sched.current
+    run(2, folder="b")
+    resumed, sched_b = run(4, ckpt_path=str(tmp_path / "b" / "last.ckpt"), folder="b")
+    assert sched_b.start == 0.01 and sched_b.current == sched.current
+    for a, b in zip(straight.network.parameters(), resumed.network.parameters()):
+        assert torch.equal(a, b)
+
+
 def test_stationarity_tolerance_stops_training():
     module = OFMUModule(tiny_mlp(), inner_steps=1, stationarity_tol=1e9)
     trainer = quick_trainer(10, limit_val_batches=0)
