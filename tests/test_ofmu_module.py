@@ -266,3 +266,36 @@ def test_the_finite_difference_check_tells_a_sane_step_from_an_absurd_one():
         checks[h] = {k: float(trainer.callback_metrics[k]) for k in ("ofmu/hvp_fd_cos", "ofmu/hvp_fd_norm_ratio")}
     assert checks[1e-3]["ofmu/hvp_fd_cos"] > 0.99 and abs(checks[1e-3]["ofmu/hvp_fd_norm_ratio"] - 1) < 0.05, checks
     assert checks[1e-9]["ofmu/hvp_fd_cos"] < 0.9 or abs(checks[1e-9]["ofmu/hvp_fd_norm_ratio"] - 1) > 0.5, checks
+
+
+def test_the_linear_weighting_ablation_takes_one_step_on_the_same_terms():
+    """structure="linear" (the paper's ablation of the bi-level structure): θ − η_out·(∇L_r − λ·∇Φ), written out in
+    float64; λ = 0 is retain descent alone, and λ > 0 lands elsewhere."""
+    net, dm = tiny_mlp(), digits_dm()
+    retain, forget = first_pair(dm)
+    start = copy.deepcopy(net)
+    theta0, unflat = flat_view(copy.deepcopy(net).double())
+    ref = copy.deepcopy(net).double()
+    (xr, yr), (xf, yf) = (retain[0].double(), retain[1]), (forget[0].double(), forget[1])
+
+    def loss(t, x, y):
+        return F.cross_entropy(functional_call(ref, unflat(t), (x,)), y)
+
+    def expected(lam, beta=0.3, lr=0.05):
+        t = theta0.clone().requires_grad_(True)
+        gf = torch.autograd.grad(loss(t, xf, yf), t, create_graph=True)[0]
+        gr = torch.autograd.grad(loss(t, xr, yr), t, create_graph=True)[0]
+        phi = loss(t, xf, yf) - beta * torch.dot(gf, gr) / (gf.norm() * gr.norm())
+        grad_phi = torch.autograd.grad(phi, t, retain_graph=True)[0]
+        return theta0 - lr * (gr.detach() - lam * grad_phi)
+
+    for lam in (0.0, 2.0):
+        module = OFMUModule(copy.deepcopy(start), structure="linear", linear_weight=lam, beta=0.3, outer_lr=0.05,
+                            inner_steps=5, rho=10.0)  # no inner loop and no penalty: inner_steps and rho unused
+        quick_trainer(1, limit_val_batches=0).fit(module, digits_dm())
+        got = torch.cat([p.detach().reshape(-1) for p in module.network.parameters()]).double()
+        want = expected(lam)
+        assert (got - want).norm() <= 1e-4 * (want - theta0).norm(), lam
+    assert (expected(2.0) - expected(0.0)).norm() > 1e-2 * (expected(0.0) - theta0).norm()
+    with pytest.raises(Exception, match="structure='nested'"):
+        OFMUModule(tiny_mlp(), structure="nested")

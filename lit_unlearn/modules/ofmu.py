@@ -50,9 +50,10 @@ from lit_unlearn.distributed.sharded_weights import ShardedWeights
 from lit_unlearn.modules.unlearning import UnlearningModule
 from lit_unlearn.core.plug_points import HoldoutLossSource, RhoScheduled, plug_point
 
-__all__ = ["OFMUModule", "OUTER_CLIPS"]
+__all__ = ["OFMUModule", "OUTER_CLIPS", "STRUCTURES"]
 
 OUTER_CLIPS = ("separate", "joint")
+STRUCTURES = ("bilevel", "linear")  # the paper's form, and its ablation: the same terms weighted linearly
 HOLDOUT = "holdout"  # forget_ceiling: the current model's mean NLL on unseen holdout items
 
 
@@ -62,7 +63,8 @@ class OFMUModule(UnlearningModule, RhoScheduled):
                  outer_lr: float = 1e-3, rho: float = 1.0, hvp: str = "autograd", fd_step: float = 1e-3,
                  stationarity_tol: float | None = None, inner_clip_norm: float | None = None,
                  outer_clip_norm: float | None = None, outer_clip: str = "joint",
-                 forget_ceiling: float | str | None = None, hvp_check_every_n_steps: int = 0, **kwargs) -> None:
+                 forget_ceiling: float | str | None = None, hvp_check_every_n_steps: int = 0,
+                 structure: str = "bilevel", linear_weight: float = 1.0, **kwargs) -> None:
         """
         Args:
             inner_steps: T, gradient-ascent steps on Φ per outer round (0: outer step only).
@@ -86,6 +88,9 @@ class OFMUModule(UnlearningModule, RhoScheduled):
             hvp_check_every_n_steps: with hvp="finite_difference", every n rounds also compute the exact (autograd)
                 product at the outer point and log how far the finite-difference one is from it (ofmu/hvp_fd_cos,
                 ofmu/hvp_fd_norm_ratio), to choose fd_step; 0: never. One process, unsharded, only.
+            structure: "bilevel" (the paper's form) or "linear", the paper's ablation of the bi-level structure:
+                one step a round on the same terms weighted linearly, θ ← θ − η_out·(∇L_r − λ·∇Φ), no inner
+                loop and no penalty (λ = `linear_weight`; `outer_clip_norm` still clips the direction where set).
         """
         super().__init__(network, **kwargs)
         if inner_steps < 0:
@@ -115,6 +120,11 @@ class OFMUModule(UnlearningModule, RhoScheduled):
         if hvp_check_every_n_steps < 0:
             raise UserError(f"hvp_check_every_n_steps must be ≥ 0, got {hvp_check_every_n_steps}")
         self.hvp_check_every_n_steps = hvp_check_every_n_steps
+        if structure not in STRUCTURES:
+            raise UserError(f"structure={structure!r}: choose one of {STRUCTURES}")
+        if not (linear_weight >= 0 and math.isfinite(linear_weight)):
+            raise UserError(f"linear_weight must be ≥ 0 and finite, got {linear_weight}")
+        self.structure, self.linear_weight = structure, linear_weight
         self._ceiling: float | None = None if forget_ceiling in (None, HOLDOUT) else float(forget_ceiling)
         self._holdout_source = None
         self.stationary_at: int | None = None
@@ -245,7 +255,8 @@ class OFMUModule(UnlearningModule, RhoScheduled):
 
     # ----- one outer round -----------------------------------------------------------------------------------------
     def unlearning_step(self, retain_batch, forget_batch) -> dict[str, float]:
-        opt = self.optimizers()
+        if self.structure == "linear":
+            return self.linear_step(retain_batch, forget_batch)
         weights = self.weights
         start = weights.snapshot()
         self._current_ceiling()
@@ -282,13 +293,7 @@ class OFMUModule(UnlearningModule, RhoScheduled):
             # −δ with δ = (θ_T − θ_0) − η_out·d; SGD(lr=1) from θ_0 lands on θ_T − η_out·d.
             update = [(p0 - v) + self.outer_lr * d for v, p0, d in zip(views, start, outer)]
         weights.restore(start)
-        if self.zero_stage:  # over the last backward's slices: the update is what the optimizer step applies
-            self.set_update([u.reshape(-1) for u in update])
-        else:
-            for p, u in zip(self._params, update):
-                p.grad = u.reshape(p.shape)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        self._take_step(update)
 
         grad_norm = float(norm(grad_phi, self._reduce))
         if not math.isfinite(grad_norm):
@@ -314,6 +319,33 @@ class OFMUModule(UnlearningModule, RhoScheduled):
         if self._ceiling is not None:
             logs["ofmu/forget_ceiling"] = self._ceiling
         return logs
+
+    def _take_step(self, update: list[Tensor]) -> None:
+        """Hand −δ = `update` to the optimizer (SGD, lr 1): the round's step, counted and checkpointed by Lightning."""
+        opt = self.optimizers()
+        if self.zero_stage:  # over the last backward's slices: the update is what the optimizer step applies
+            self.set_update([u.reshape(-1) for u in update])
+        else:
+            for p, u in zip(self._params, update):
+                p.grad = u.reshape(p.shape)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def linear_step(self, retain_batch, forget_batch) -> dict[str, float]:
+        """The ablation of the bi-level structure: θ ← θ − η_out·(∇L_r − λ·∇Φ) at the current weights."""
+        self._current_ceiling()
+        pg = self.phi_gradient(retain_batch, forget_batch)
+        views = self.weights.local_views()
+        direction = [(r.to(v.dtype) - self.linear_weight * g.to(v.dtype)).reshape(v.shape)
+                     for v, r, g in zip(views, pg.grad_retain, pg.grad)]
+        scale = clip_scale(direction, self.outer_clip_norm, self._reduce)
+        diagnose = self.should_compute_diagnostics(steps_ahead=1)  # asked before the step counts, as above
+        self._take_step([(self.outer_lr * scale) * d for d in direction])
+        if not diagnose:
+            return {}
+        return {"ofmu/cosine": float(pg.cosine), "train/forget_loss": float(pg.loss_forget),
+                "train/retain_loss": float(pg.loss_retain), "ofmu/outer_clip_scale": float(scale),
+                "ofmu/phi": float(pg.loss_forget - self.beta * pg.cosine)}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         super().on_save_checkpoint(checkpoint)
