@@ -65,16 +65,16 @@ def assert_same_update(a, b, start, tol):
     return compared, moved
 
 
-def tiny_tofu(folder, seed):
+def tiny_tofu(folder, seed, extra_texts=()):
     """A 20-author × 4-question generated TOFU set written to folder/data, and a 400-token BPE tokenizer trained on
-    every question with each of its answer variants: (splits, tokenizer)."""
+    every question with each of its answer variants (and `extra_texts`, e.g. refusals): (splits, tokenizer)."""
     from lit_unlearn.data import generate_fictitious_tofu, train_bpe_tokenizer, write_tofu_json
 
     write_tofu_json(folder / "data", n_authors=20, n_questions=4, seed=seed)
     splits = generate_fictitious_tofu(n_authors=20, n_questions=4, seed=seed)
     texts = [r["question"] + " " + a for rows in splits.values() for r in rows
              for a in [r["answer"], *r.get("perturbed_answer", []), r.get("paraphrased_answer", "")] if a]
-    return splits, train_bpe_tokenizer(texts, folder / "tok", vocab_size=400)
+    return splits, train_bpe_tokenizer([*texts, *extra_texts], folder / "tok", vocab_size=400)
 
 
 def cli_here(args, cwd, check=False):

@@ -10,11 +10,11 @@ import copy
 import pytest
 import torch
 
-from helpers import assert_same_update, quick_trainer
+from helpers import assert_same_update, quick_trainer, tiny_tofu
 from lit_unlearn.algorithms.losses import IGNORE_INDEX, mean_nll
 from lit_unlearn.core.batches import logits_and_labels
 from lit_unlearn.core.errors import UserError
-from lit_unlearn.data import TofuDataModule, TofuSource, generate_fictitious_tofu, train_bpe_tokenizer, write_tofu_json
+from lit_unlearn.data import TofuDataModule, TofuSource
 from lit_unlearn.data.micro_batches import micro_batch_parts, share_of, split_batch
 from lit_unlearn.data.refusals import generate_refusals
 from lit_unlearn.models import CausalLM, tiny_llama_config
@@ -27,10 +27,7 @@ RETAIN, FORGET, MICRO = 8, 4, 2  # 4 parts: 2 retain + 1 forget items each
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     root = tmp_path_factory.mktemp("micro")
-    write_tofu_json(root / "data", n_authors=20, n_questions=4, seed=3)
-    s = generate_fictitious_tofu(n_authors=20, n_questions=4, seed=3)
-    texts = [r["question"] + " " + r["answer"] for rows in s.values() for r in rows] + generate_refusals()
-    return root, train_bpe_tokenizer(texts, root / "tok", vocab_size=400)
+    return root, tiny_tofu(root, seed=3, extra_texts=generate_refusals())[1]
 
 
 @pytest.fixture(autouse=True)
