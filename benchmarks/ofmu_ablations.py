@@ -77,10 +77,13 @@ def run(world: Path, init_args: dict, schedule: dict | None, steps: int, name: s
     rows = recorder.steps
     share = [r["ofmu/penalty_norm"] / (r["ofmu/retain_grad_norm"] + r["ofmu/penalty_norm"]) for r in rows
              if r.get("ofmu/retain_grad_norm", 0) + r.get("ofmu/penalty_norm", 0) > 0]
-    mean = lambda key: statistics.mean(r[key] for r in rows if key in r)  # noqa: E731
+    def mean(key):  # nan where the variant logs no such value (the linear weighting has no inner loop)
+        values = [r[key] for r in rows if key in r]
+        return statistics.mean(values) if values else math.nan
+
     summary = evaluation.last_report.summary
     last = recorder.epochs[-1]
-    result = {"steps": steps, "variant": name,
+    result = {"steps": steps, "run": name,
               "penalty_share": statistics.mean(share) if share else math.nan,
               "inner_shift": mean("ofmu/inner_shift_norm"), "outer_step": mean("ofmu/outer_step_norm"),
               "cosine": mean("ofmu/cosine"), "forget_quality": summary.get("forget_quality"),
@@ -120,7 +123,7 @@ def main() -> None:
             # a linear-weighting run reads no ρ: its result serves every ρ_0 at the same rounds
             key = f"{label}_{name}" if schedule or args.form == "clipped" else f"{steps} rounds_{name}"
             slug = "".join(c if c.isalnum() else "_" for c in key)
-            rows.append({"point": label, **run(world, init_args, schedule, steps, slug, out)})
+            rows.append({**run(world, init_args, schedule, steps, slug, out), "point": label, "variant": name})
             print(rows[-1], flush=True)
     g = lambda x, d=3: "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}g}"  # noqa: E731
     lines = ["| point | variant | FQ | MU | ΔL_f | −ΔL_r | penalty share of the outer direction | "
