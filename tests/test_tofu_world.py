@@ -207,21 +207,22 @@ def _ofmu_rounds(world, rounds, outer_clip, forget_ceiling):
 
 
 @pytest.mark.slow
-def test_ofmu_options_lose_less_of_the_retain_fit_than_the_papers_form(tofu_world):
+def test_ofmu_options_lose_less_of_the_retain_fit_than_the_joint_clip_form(tofu_world):
     """12 rounds of a deliberately aggressive schedule (inner step 0.1, ρ rising 0.5 per round to 6): with both
     named options (separate outer clips, the inner ascent bounded at the target's mean holdout NLL: data a user
-    has) OFMU forgets and keeps more of the retain fit than the paper's form (joint clip, unbounded Φ) under the
-    same schedule. On the current world neither collapses here (docs/findings/ofmu.md has the measured losses); an earlier
-    world's stronger claim, that the paper's form triples the retain loss, no longer holds and is not asserted."""
+    has) OFMU forgets and keeps more of the retain fit than the joint-clip form (both steps clipped as the earlier
+    tables ran it, unbounded Φ) under the same schedule. On the current world neither collapses here
+    (docs/findings/ofmu.md has the measured losses); an earlier world's stronger claim, that the joint-clip form
+    triples the retain loss, no longer holds and is not asserted."""
     from lit_unlearn.models import CausalLM
 
     holdout = _holdout_nll(tofu_world, CausalLM(name_or_path=str(tofu_world.target)))
     before, fixed = _ofmu_rounds(tofu_world, 12, "separate", holdout)
-    _, paper = _ofmu_rounds(tofu_world, 12, "joint", None)
-    print(f"OFMU aggressive schedule: before {before}, both options {fixed}, paper's form {paper}")  # docs/findings/ofmu.md
+    _, joint = _ofmu_rounds(tofu_world, 12, "joint", None)
+    print(f"OFMU aggressive schedule: before {before}, both options {fixed}, joint clip {joint}")  # docs/findings/ofmu.md
     assert fixed["forget"] > before["forget"] + 1.0  # it forgets
     assert fixed["retain"] < 2.0 * before["retain"]  # and keeps most of the retain fit
-    assert fixed["retain"] < paper["retain"]  # more of it than the paper's form
+    assert fixed["retain"] < joint["retain"]  # more of it than the joint-clip form
 
 
 def test_a_world_is_reused_for_the_same_recipe_and_rebuilt_for_a_changed_one(tmp_path, monkeypatch):
