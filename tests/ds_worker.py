@@ -127,7 +127,8 @@ def one_run(args, tok, name, method, resume):
         dm = distill_data(args, tok)
     else:
         dm = TofuDataModule(TofuSource(args.data), tok, retain_batch_size=8, forget_batch_size=4,
-                            alternate_answers="generated" if method == "idkdpo" else None)
+                            alternate_answers="generated" if method == "idkdpo" else None,
+                            micro_batch_size=args.micro_batch_size)
     ckpt_dir = os.path.join(args.ckpt_dir, name) if args.ckpt_dir else None
     callbacks = []
     if ckpt_dir:
@@ -174,6 +175,7 @@ def main():
     ap.add_argument("--stage", type=int, default=0)
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--ddp", action="store_true", help="plain DDP instead of DeepSpeed")
+    ap.add_argument("--micro-batch-size", type=int, help="each process's share in micro-batches of this many items")
     ap.add_argument("--ckpt-dir")
     ap.add_argument("--preempt-at", type=int, help="send SIGUSR1 inside the backward pass of this step")
     args = ap.parse_args()

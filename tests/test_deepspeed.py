@@ -21,7 +21,9 @@ pytestmark = pytest.mark.slow
 pytest.importorskip("deepspeed")
 WORKER = __file__.replace("test_deepspeed.py", "ds_worker.py")
 METHODS = ["hamu", "ofmu", "simnpo", "idkdpo", "rmu", "graddiff", "distill", "distill_stage"]
-MODES = {"one": [], "zero2": ["--stage", "2", "--devices", "2"], "zero3": ["--stage", "3", "--devices", "2"],
+# ZeRO-2 passes each process's share (4 retain + 2 forget items) in 2 micro-batches: the same step as one pass
+MODES = {"one": [], "zero2": ["--stage", "2", "--devices", "2", "--micro-batch-size", "2"],
+         "zero3": ["--stage", "3", "--devices", "2"],
          "ddp": ["--ddp", "--devices", "2"]}
 
 
@@ -100,7 +102,8 @@ def test_two_processes_make_one_process_update(launches, vocab, method, mode):
     RMU and GradDiff with AdamW (2 steps; DeepSpeed wraps the client optimizer as in the 7B benches), and the
     distillation stage (4 steps, AdamW, a cosine schedule, the frozen teacher outside the module tree; and the stage
     as users run it, its strategy from its config, the student gathered and exported) end where one process ends.
-    Under ZeRO-3 the frozen reference is sharded: each of the 2 ranks holds half of it."""
+    Under ZeRO-3 the frozen reference is sharded: each of the 2 ranks holds half of it. Under ZeRO-2 each rank passes
+    its share in 2 micro-batches (gradient accumulation: its partition slices read out and summed)."""
     single, sharded = launches.weights("one", method), launches.weights(mode, method)
     if method == "ofmu":
         assert single.pop("__rho__").item() == sharded.pop("__rho__").item() == pytest.approx(0.2 + 0.3 * 3)
