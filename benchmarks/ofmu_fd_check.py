@@ -32,6 +32,7 @@ def run(world, level: str, h: float, rounds: int, check_every: int, batch: int) 
     module = OFMUModule(CausalLM(name_or_path=str(world.target)), inner_steps=5, inner_lr=1e-2, beta=0.1,
                         outer_lr=1e-2, hvp="finite_difference", fd_step=h, hvp_check_every_n_steps=check_every,
                         freeze_batchnorm=False)
+    module.run_report.enabled = False  # the script reads the checks only; no results.md in the working folder
     data = TofuDataModule(TofuSource(str(world.data), level), str(world.tokenizer), retain_batch_size=batch,
                           forget_batch_size=batch)
     seen: list[dict] = []

@@ -40,6 +40,7 @@ def run_point(world, level: str, rho0: float, inner_steps: int, rounds: int, lr:
     torch.manual_seed(0)
     module = OFMUModule(CausalLM(name_or_path=str(world.target)), inner_steps=inner_steps, inner_lr=lr, beta=0.1,
                         outer_lr=lr, hvp="autograd", freeze_batchnorm=False)
+    module.run_report.enabled = False  # the script measures the model itself; no results.md in the working folder
     data = TofuDataModule(TofuSource(str(world.data), level), str(world.tokenizer), retain_batch_size=batch,
                           forget_batch_size=batch)
     shares: list[dict] = []
