@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from report import options, publish  # benchmarks/report.py, beside this script
+from report import command, options, publish  # benchmarks/report.py, beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -105,7 +105,7 @@ def main() -> None:
     head = ("# HAMU's κ₂ stop where its constraint binds\n\n> Does the κ₂ rule fire near the turn of −ΔL_r once Q is "
             "near the reachable gain?\n> Validation world, HAMU's paper form (clipped units), no stop: every run "
             "goes past the rule.\n> Irreconcilable: the step's reachable gain without raising L_r fell below Q.\n\n"
-            f"Command: `python benchmarks/hamu_kappa2_binding.py {' '.join(sys.argv[1:])}`. η {args.eta:g}, "
+            f"Command: `{command()}`. η {args.eta:g}, "
             f"forget{args.level}, {args.steps} steps, batches 32 + 32, losses every {args.every} steps on the "
             "first 200 forget and retain items (ΔL_f, −ΔL_r from the start).\n\n")
     publish(text + "\n", args.write, head)

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from report import options  # benchmarks/report.py, beside this script
+from report import command, options  # benchmarks/report.py, beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -156,10 +156,10 @@ def main() -> None:
     text = table(rows)
     print(text)
     if args.write:
-        command = "python benchmarks/tofu_demo_seeds.py " + " ".join(sys.argv[1:])
+        command_line = command()
         out = Path(args.write)
         rule = rows[0]["stop"].split(":")[0].removeprefix("StopAtTarget ")
-        write(out, args.level, command, rows[0]["command"].replace(str(Path(args.worlds).resolve()), args.worlds),
+        write(out, args.level, command_line, rows[0]["command"].replace(str(Path(args.worlds).resolve()), args.worlds),
               f"StopAtTarget {rule}", rows)
         print(f"wrote {out}")
 

@@ -89,7 +89,12 @@ def fail_rates(aucs: Sequence[float], forget_groups: Sequence, holdout_groups: S
                ) -> np.ndarray:
     """How often the pooled-and-per-author test fails at each true AUC of `aucs` (see the module docstring)."""
     pooled, author = _reaches(aucs, forget_groups, holdout_groups, share, alpha, sims, n_boot, seed)
-    return ((pooled > margin[0]) | (author > margin[1])).mean(axis=1)
+    return _failed(pooled, author, margin).mean(axis=1)
+
+
+def _failed(pooled: np.ndarray, author: np.ndarray, margin: tuple[float, float]) -> np.ndarray:
+    """Which simulated sets the test fails: the pooled interval or any author's reaches past its margin."""
+    return (pooled > margin[0]) | (author > margin[1])
 
 
 def null_reach(forget_groups: Sequence, holdout_groups: Sequence, share: float, alpha: float = 0.05,
@@ -160,7 +165,7 @@ def _check_power(forget_groups: tuple, holdout_groups: tuple, margin: tuple[floa
     if min(margin) >= 0.5:  # an interval never reaches past 0.5 from 0.5: this check cannot fail
         return CheckPower(margin, share, 1.0, margin, 0.0, None)
     pooled, author = _null_reaches(forget_groups, holdout_groups, share, alpha, sims, n_boot, seed)
-    null_pass = 1.0 - float(((pooled > margin[0]) | (author > margin[1])).mean())  # the null judged_margin reads
+    null_pass = 1.0 - float(_failed(pooled, author, margin).mean())  # the null judged_margin reads
     # A check that fails never-trained sets as often as remembering ones has seen noise, not memory: where the
     # simulated null needs wider margins than the check's, its rates are taken at those (power is never borrowed).
     judged = judged_margin(forget_groups, holdout_groups, margin, share, alpha, sims, n_boot, seed)
