@@ -29,8 +29,9 @@ def options(doc: str, full: bool = False, write: bool = True) -> argparse.Argume
 
 
 def command() -> str:
-    """`python benchmarks/SCRIPT.py ARGS...` as this process was started."""
-    return " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+    """`python benchmarks/FOLDER/SCRIPT.py ARGS...` as this process was started, from any working folder."""
+    script = Path(sys.argv[0]).resolve().relative_to(Path(__file__).resolve().parent)
+    return " ".join(["python", f"benchmarks/{script.as_posix()}", *sys.argv[1:]])
 
 
 def publish(text: str, write: Path | None, head: str = "") -> None:

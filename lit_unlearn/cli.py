@@ -150,7 +150,8 @@ def command_help(cmd: Command) -> str:
                 and not (cmd.training and n in ("preset", "target"))}  # a training command's preset has a default
     usage = [f"{o.name.upper()}" for o in positional]
     usage += [o.usage() if o.name in required else f"[{o.usage()}]" for o in named]
-    tail = " [--config FILE] [--KEY=VALUE ...]" if cmd.training else " [--config FILE]"
+    own_config = "config" in inspect.signature(cmd.run).parameters  # a command's own --config (a spec file) wins
+    tail = " [--config FILE] [--KEY=VALUE ...]" if cmd.training else "" if own_config else " [--config FILE]"
     doc = (inspect.getdoc(cmd.run) or cmd.purpose).split("\n\nArgs:")[0]
     head = f"usage: lit-unlearn {cmd.name} "
     words = " ".join(u.replace(" ", "\u00a0") for u in usage) + tail.replace("E ", "E\u00a0", 1)  # no break in "--x X"
@@ -177,7 +178,7 @@ def command_help(cmd: Command) -> str:
         lines += _wrapped("--KEY=VALUE", "any LightningCLI override, e.g. --model.init_args.eta=0.05 "
                                          "--trainer.max_steps=200")
         lines += _wrapped("--help-all", "every LightningCLI option of the preset (loads Lightning)")
-    else:
+    elif not own_config:
         lines += _wrapped("--config FILE", "read the options from a YAML file")
     lines += _wrapped("-h, --help", "show this help")
     lines += _presets_help(cmd)

@@ -196,8 +196,9 @@ class PlantedDistribution:
 
 
 def benchmark_script(name):
-    """benchmarks/NAME.py as a module, loaded as `python benchmarks/NAME.py` runs it: with its folder on the path
-    (the scripts import benchmarks/report.py beside them) and registered (dataclasses look their module up)."""
+    """benchmarks/NAME.py (NAME as "folder/script") as a module, loaded as `python benchmarks/NAME.py` runs it: with
+    benchmarks/ on the path (the scripts import benchmarks/report.py and each other through it) and registered
+    (dataclasses look their module up)."""
     import importlib.util
     import sys
     from pathlib import Path
@@ -205,8 +206,9 @@ def benchmark_script(name):
     folder = Path(__file__).resolve().parents[1] / "benchmarks"
     if str(folder) not in sys.path:
         sys.path.append(str(folder))
-    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    module_name = name.replace("/", ".")
+    spec = importlib.util.spec_from_file_location(module_name, folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    sys.modules[module_name] = module
     spec.loader.exec_module(module)
     return module

@@ -12,7 +12,7 @@ from helpers import benchmark_script as _script
 
 def test_robustness_levels_takes_utility_against_the_same_worlds_target_and_counts_only_seeds_meeting_all_three(
         tmp_path):
-    levels = _script("robustness_levels")
+    levels = _script("bench/robustness_levels")
     row = {"phase": "test", "band ratio": 0.9, "relearn band ratio": 0.9, "int4 band ratio": 0.9}
     rows = [{**row, "method": "Target", "seed": 0, "MU": 0.5, "forgotten": 0, "full band ratio": 2.0},
             {**row, "method": "Target", "seed": 1, "MU": 0.8, "forgotten": 0, "full band ratio": 2.0},
@@ -30,7 +30,7 @@ def test_robustness_levels_takes_utility_against_the_same_worlds_target_and_coun
 
 
 def test_ofmu_budget_curve_reads_each_budgets_point_in_budget_order(tmp_path):
-    curve = _script("ofmu_budget_curve")
+    curve = _script("ofmu/budget_curve")
     for epochs, (fq, mu) in {30: (0.7, 0.6), 10: (0.01, 0.65)}.items():
         folder = tmp_path / f"e{epochs}"
         folder.mkdir()
@@ -48,7 +48,7 @@ def test_ofmu_budget_curve_reads_each_budgets_point_in_budget_order(tmp_path):
 
 
 def test_robustness_compute_marks_a_point_only_where_all_three_targets_hold():
-    compute = _script("robustness_compute")
+    compute = _script("bench/robustness_compute")
     worst = {"attack": "loss", "scope": "pooled", "condition": "relearn"}
     base = {"seed": 100, "level": "01", "before": 0.9, "relearning": 0.95, "quantisation": 0.9, "worst": worst}
     rows = [{**base, "label": "a", "passed": True, "mu_ratio": 0.95, "compute_share": 0.5},    # on both edges: meets
@@ -80,8 +80,9 @@ def test_every_benchmark_script_states_its_options_and_writes_its_report_through
     from pathlib import Path
 
     folder = Path(__file__).resolve().parents[1] / "benchmarks"
-    found = {p.name: hits for p in sorted(folder.glob("*.py"))
-             if p.name != "report.py" and (hits := _report_shape(p.read_text()))}
+    scripts = sorted(folder.glob("*/*.py"))
+    assert len(scripts) >= 30  # the scripts live in folders named like the findings they write
+    found = {str(p.relative_to(folder)): hits for p in scripts if (hits := _report_shape(p.read_text()))}
     assert not found, found
     planted = ('def main():\n    ap = argparse.ArgumentParser()\n    ap.add_argument("--write")\n    args = ap.parse_args()\n'
                '    if args.write:\n        Path(args.write).write_text(text)\n')

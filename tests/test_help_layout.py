@@ -34,6 +34,10 @@ def test_every_command_has_the_one_layout(name):
         assert re.search(rf"^  ({re.escape(spelled)}|--\[no-\]{re.escape(spelled[2:])})\b", options, re.M), \
             (name, spelled)
     own_spellings = re.findall(r"^  (--[\w\-]+)", options, re.M)
+    assert len(own_spellings) == len(set(own_spellings)), own_spellings  # one line per option (bench's --config)
+    usage = text.split("\n\n", 1)[0]
+    in_usage = re.findall(r"\[(--[\w\-]+)", usage)
+    assert len(in_usage) == len(set(in_usage)), in_usage
     lightning = {"--ckpt_path", "--print_config"}  # LightningCLI's own spelling
     assert all("_" not in s for s in own_spellings if s not in lightning), own_spellings
     if cmd.examples:

@@ -25,7 +25,7 @@ def test_tofu_demo_end_to_end_gives_the_full_verdict_on_the_half_no_decision_rea
     and the final weights as a Hugging Face folder that `tofu-eval` scores as the callback did. A budget of 40 steps
     instead of the preset's 150: what is checked here (the looks' cadence, the stop rule's report, the verdict's files
     and their recomputation, the exports) is the same, and it halves the suite's longest test. Every seed of every
-    level at the full budget: benchmarks/tofu_demo_seeds.py (docs/generated/tofu_demo_*.md)."""
+    level at the full budget: benchmarks/tofu_world/demo_seeds.py (docs/generated/tofu_demo_*.md)."""
     from lit_unlearn.verification.holdout_equivalence import holdout_verdict
 
     out = cli(["tofu-demo", "--worlds", str(tofu_world.folder.parent), "--trainer.enable_progress_bar=false",

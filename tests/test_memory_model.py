@@ -1,4 +1,4 @@
-"""The memory model's parameter count (benchmarks/llama2_7b_memory.py) against transformers' own model on the meta
+"""The memory model's parameter count (benchmarks/llm_scale/llama2_7b_memory.py) against transformers' own model on the meta
 device, and the terms that distinguish ZeRO-2 from ZeRO-3 and one method from another."""
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 from helpers import benchmark_script
 
-memory = benchmark_script("llama2_7b_memory")
+memory = benchmark_script("llm_scale/llama2_7b_memory")
 
 
 @pytest.mark.parametrize("cfg", [memory.LLAMA2_7B, {**memory.LLAMA2_7B, "num_hidden_layers": 1},

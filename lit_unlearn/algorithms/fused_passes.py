@@ -5,7 +5,7 @@ The eager forms (`blocks.tensor_stats`, `blocks.combine_into`) are bound by memo
 converted to float64 (or float32) in memory before its dot products or its rounding. Fused, each pass reads the
 bf16 gradients once. Same arithmetic: float64 sums of exact products; the combination where `combine_arithmetic`
 chose float32. On one H200, 1.75 B bf16 elements: statistics 45.0 → 7.2 ms, combination 29.0 → 5.2 ms
-(benchmarks/hamu_fused_passes.py). Anything the fused kernel does not cover runs the eager form. Opt-in
+(benchmarks/hamu/fused_passes.py). Anything the fused kernel does not cover runs the eager form. Opt-in
 (HAMUModule(fused_passes=True)): a Llama-2-7B trainer run with it has not yet been seen to finish (docs/guide/hamu.md).
 """
 

@@ -62,7 +62,7 @@ def attention_for_generation(network: nn.Module, implementation: str | None):
     half-precision model on eager attention is switched (training keeps eager for double backward; float64
     stays on its one-length batches). On the TOFU world's models sdpa gives the same greedy answers as eager
     (tests/test_tofu_eval_units.py compares every ROUGE value) and generates ~1.4× faster on CPU
-    (benchmarks/tofu_eval_phases.py)."""
+    (benchmarks/llm_scale/tofu_eval_phases.py)."""
     config = getattr(getattr(network, "model", network), "config", None)
     current = getattr(config, "_attn_implementation", None)
     switch = (implementation is not None and current == "eager" and implementation != current

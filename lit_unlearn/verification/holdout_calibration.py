@@ -11,7 +11,7 @@ the calibration worlds, each left out in turn), rounded up to 0.01. The calibrat
 docs/generated/holdout_calibration.md gives the pass rates on test worlds, the power, and the margins a model's own
 holdout items give (lit_unlearn.verification.full_verdict.self_margins).
 
-`benchmarks/calibrate_holdout_delta.py` writes `holdout_delta.json` beside this file; to recalibrate for other data,
+`benchmarks/verification/calibrate_holdout_delta.py` writes `holdout_delta.json` beside this file; to recalibrate for other data,
 run it on worlds built from that data, or give margins of your own (HoldoutVerification(delta=..., delta_author=...)).
 """
 
@@ -63,12 +63,12 @@ def calibrated_margins(level: str | None, mode: str = "relative", condition: str
     if level not in table:
         raise UserError(f"no calibrated margins for forget level {level!r} (calibrated: {calibrated_levels() or 'none'}"
                         "): pass HoldoutVerification(delta=..., delta_author=...) or delta='self', or calibrate with "
-                        "benchmarks/calibrate_holdout_delta.py")
+                        "benchmarks/verification/calibrate_holdout_delta.py")
     key = margin_key(condition)
     if mode not in table[level] or key not in table[level][mode]:
         raise UserError(f"no calibrated margins for forget{level}, {mode} scoring, condition {condition!r} "
                         f"(calibrated: {sorted(table[level].get(mode, {}))}): calibrate it with "
-                        "benchmarks/calibrate_holdout_delta.py")
+                        "benchmarks/verification/calibrate_holdout_delta.py")
     margins = table[level][mode][key]
     lacking = sorted(set(attacks or ()) - set(margins))
     if lacking:

@@ -1,0 +1,114 @@
+"""The OFMU paper's TOFU table as a budget curve: forget quality and model utility of each method against the
+number of epochs, one `lit-unlearn bench --preset bench_tofu_ofmu_paper --epochs E` output folder per budget.
+
+    python benchmarks/ofmu/budget_curve.py --runs 10=runs/ofmu_paper_e10 30=runs/ofmu_paper_e30 --level 01 \
+        --figure docs/generated/ofmu_paper_budget_01.png --write docs/generated/ofmu_paper_budget_01.md
+
+Each point is the bench's own: the method's point chosen on the validation world at that budget, the mean over the
+test seeds with the half-width of its 95 % t-interval. Reads only results.csv; trains nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+import csv
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py, process_pool.py, the folders
+from report import options  # benchmarks/report.py
+
+PAPER = {"GA": (1.88e-4, 0.55), "NPO": (0.40, 0.58), "RMU": (0.40, 0.62), "OFMU": (0.42, 0.63)}  # 7B, forget01
+
+
+def read_budget(folder: Path, level: str) -> dict[str, dict]:
+    rows = {}
+    with open(folder / "results.csv") as f:
+        for row in csv.DictReader(f):
+            if row["forget_level"] == level:
+                rows[row["method"]] = row
+    if not rows:
+        raise SystemExit(f"{folder}/results.csv has no forget{level} rows")
+    return rows
+
+
+def curve(runs: dict[int, Path], level: str) -> dict[str, list[tuple[int, float, float, float, float, str]]]:
+    """method -> [(epochs, FQ, FQ ci95, MU, MU ci95, chosen point)] in budget order."""
+    out: dict[str, list] = {}
+    for epochs in sorted(runs):
+        for method, row in read_budget(runs[epochs], level).items():
+            out.setdefault(method, []).append((epochs, float(row["FQ (gold)"]), float(row["FQ (gold) ci95"] or 0),
+                                               float(row["MU"]), float(row["MU ci95"] or 0),
+                                               row["hyper_parameters"]))
+    return out
+
+
+def table(points: dict[str, list], level: str) -> str:
+    budgets = sorted({e for pts in points.values() for e, *_ in pts})
+    head = "| method | " + " | ".join(f"{e} epochs: FQ / MU (point)" for e in budgets) + " | paper (7B, forget01) |"
+    lines = [head, "|" + "---|" * (len(budgets) + 2)]
+    for method, pts in points.items():
+        by = {e: (fq, fqc, mu, muc, hp) for e, fq, fqc, mu, muc, hp in pts}
+        cells = []
+        for e in budgets:
+            if e not in by:
+                cells.append("–")
+                continue
+            fq, fqc, mu, muc, hp = by[e]
+            cells.append(f"{fq:.2g} ± {fqc:.2g} / {mu:.3f} ± {muc:.3f} ({hp if hp != '{}' else '-'})")
+        paper = PAPER.get(method)
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {f'{paper[0]:.3g} / {paper[1]}' if paper and level == '01' else '–'} |")
+    return "\n".join(lines)
+
+
+def figure(points: dict[str, list], path: Path, level: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_fq, ax_mu) = plt.subplots(1, 2, figsize=(10, 4))
+    for method, pts in points.items():
+        epochs = [p[0] for p in pts]
+        ax_fq.errorbar(epochs, [max(p[1], 1e-12) for p in pts], marker="o", label=method)
+        ax_mu.errorbar(epochs, [p[3] for p in pts], yerr=[p[4] for p in pts], marker="o", capsize=3, label=method)
+    ax_fq.set(xscale="log", yscale="log", xlabel="epochs over the forget set", ylabel="forget quality (gold)",
+              title=f"forget{level}: forget quality")
+    ax_mu.set(xscale="log", xlabel="epochs over the forget set", ylabel="model utility", title=f"forget{level}: utility")
+    budgets = sorted({p[0] for pts in points.values() for p in pts})
+    for ax in (ax_fq, ax_mu):
+        ax.set_xticks(budgets, [str(b) for b in budgets])
+        ax.minorticks_off()
+    ax_mu.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = options(__doc__)
+    parser.add_argument("--runs", nargs="+", required=True, help="EPOCHS=FOLDER, one per budget")
+    parser.add_argument("--level", default="01")
+    parser.add_argument("--figure", type=Path)
+    args = parser.parse_args()
+    runs = {}
+    for item in args.runs:
+        epochs, _, folder = item.partition("=")
+        if not folder:
+            raise SystemExit(f"--runs takes EPOCHS=FOLDER, got {item!r}")
+        runs[int(epochs)] = Path(folder)
+    points = curve(runs, args.level)
+    text = table(points, args.level)
+    print(text)
+    if args.figure:
+        figure(points, args.figure, args.level)
+    if args.write:
+        command = " ".join(["python benchmarks/ofmu/budget_curve.py", "--runs", *args.runs, "--level", args.level,
+                            *(["--figure", str(args.figure)] if args.figure else []), "--write", str(args.write)])
+        args.write.write_text(f"# The OFMU paper's TOFU table against the budget (forget{args.level})\n\nGenerated by "
+                              f"`{command}` from the benches' results.csv (each point chosen on validation world 100 "
+                              f"at its budget; mean over test worlds 0-2 ± 95 % half-width).\n\n{text}\n"
+                              + (f"\n![budget curve]({args.figure.name})\n" if args.figure else ""))
+
+
+if __name__ == "__main__":
+    main()
