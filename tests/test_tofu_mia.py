@@ -219,6 +219,7 @@ def test_two_processes_give_the_same_report_and_item_order(tofu, tmp_path, spawn
         np.testing.assert_allclose(mia["holdout_nll"], single.per_item["mia"]["holdout_nll"], rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.extended  # covered in the main command by test_tofu_world.py::test_retain_only_model_cannot_tell_...
 def test_generated_forget_and_holdout_authors_are_exchangeable_for_the_retain_only_model(tmp_path):
     """A model that saw neither the forget nor the holdout authors cannot tell them apart: its MIA AUCs between

@@ -207,6 +207,7 @@ def _ofmu_rounds(world, rounds, outer_clip, forget_ceiling):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # each option's formula: test_ofmu_module.py::test_named_options_match_their_formulas
 def test_ofmu_options_lose_less_of_the_retain_fit_than_the_joint_clip_form(tofu_world):
     """12 rounds of a deliberately aggressive schedule (inner step 0.1, ρ rising 0.5 per round to 6): with both
     named options (separate outer clips, the inner ascent bounded at the target's mean holdout NLL: data a user
