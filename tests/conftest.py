@@ -32,8 +32,9 @@ WORLD_LEVELS = ("01",)
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end runs (CLI subprocesses, kill/resume); CI runs them too")
-    config.addinivalue_line("markers", "extended: minutes-long checks whose property another test in the main "
-                                       "command proves too; run with `pytest -m extended tests` (README)")
+    config.addinivalue_line("markers", "extended: minutes-long checks whose property a test in the main command "
+                                       "covers (docs/guide/architecture.md lists them); run with `pytest -m "
+                                       "extended tests`")
     import torch
 
     torch.set_num_threads(1)
