@@ -3,10 +3,12 @@ scaling the packaged margins by how far the user's fine-tune spreads authors it 
 alarms of docs/generated/verdict_transfer*.md without letting targets pass?
 
     python benchmarks/verification/margin_scale.py [--transfer runs/tofu/transfer_worlds] [--calibration-seeds
-        100,101,102] [--worlds runs/tofu/worlds] [--levels 01,05] [--write docs/generated/verdict_margin_scale.md]
+        100,101,102] [--worlds runs/tofu/worlds] [--levels 01,05] [--scores relative]
+        [--write docs/generated/verdict_margin_scale.md]
 
 The scale of a model: TOFU's 20 holdout10 authors (never seen by the base, the target or any retain-only model),
-each item scored by the eight score attacks relative to the base model; the authors split at random into two sets
+each item scored by the eight score attacks relative to the base model (`--scores raw`: the model's own scores, the
+mode the verdict takes for most attacks at forget01); the authors split at random into two sets
 of 10 (20 splits, one seed), and each attack's pooled interval reach from 0.5 between the two sets, averaged over
 splits and attacks. It measures how far the fine-tune moves authors it never saw, author by author: what the
 calibrated margins must absorb in a never-saw-it model. The candidate calibration scales every packaged margin by
@@ -35,8 +37,8 @@ SCORE_ATTACKS = ("loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm", "entrop
 SPLITS, SEED = 20, 0
 
 
-def scale_file(world: Path) -> Path:
-    return world / "transfer_cases" / "scale.json"
+def scale_file(world: Path, scores: str) -> Path:
+    return world / "transfer_cases" / ("scale.json" if scores == "relative" else f"scale_{scores}.json")
 
 
 def author_spread(relative: dict[str, list[float]], groups: list[int]) -> dict[str, float]:
@@ -63,9 +65,9 @@ def author_spread(relative: dict[str, list[float]], groups: list[int]) -> dict[s
     return sums
 
 
-def world_scale(world: Path) -> dict:
+def world_scale(world: Path, scores: str = "relative") -> dict:
     """The scale of the world's target and (for comparison only) of its forget01 retain-only model; cached."""
-    cached = scale_file(world)
+    cached = scale_file(world, scores)
     if cached.is_file():
         return json.loads(cached.read_text())
     import torch
@@ -83,17 +85,17 @@ def world_scale(world: Path) -> dict:
     runner = VerdictRunner(load_tokenizer(str(world / "tokenizer")), rows[:half], rows[half:], None,
                            mode="relative", base=str(world / "base"), margins=({}, {}), attacks=SCORE_ATTACKS)
 
-    def scores(path: Path) -> dict[str, list[float]]:
+    def scored(path: Path) -> dict[str, list[float]]:
         mia = runner.scorer(CausalLM(name_or_path=str(path)).eval(), rows[:half], rows[half:])
         return {a: [*mia[f"forget_{a}"], *mia[f"holdout_{a}"]] for a in SCORE_ATTACKS if f"forget_{a}" in mia}
 
-    base = scores(world / "base")
-    out = {"world": str(world), "authors": len(set(groups))}
+    base = scored(world / "base") if scores == "relative" else None
+    out = {"world": str(world), "authors": len(set(groups)), "scores": scores}
     for name, path in (("target", world / "target"), ("retain_only_01", world / "retain_only_01")):
         if not path.is_dir():
             continue
-        mine = scores(path)
-        relative = {a: [x - b for x, b in zip(v, base[a])] for a, v in mine.items()}
+        mine = scored(path)
+        relative = mine if base is None else {a: [x - b for x, b in zip(v, base[a])] for a, v in mine.items()}
         per_attack = author_spread(relative, groups)
         out[name] = {"scale": sum(per_attack.values()) / len(per_attack), "per_attack": per_attack}
     out["seconds"] = time.perf_counter() - started
@@ -131,7 +133,26 @@ def table(cal: list[dict], rows: list[tuple[str, int, str, dict, dict]]) -> tupl
                      f"{', '.join(f'{b:.2f}' for b in targets)} | {sum(b <= k for b in targets)}/{len(targets)} |")
     lines.append(f"| all | | | | | | | {totals['packaged']}/{totals['never']} | {totals['scaled']}/{totals['never']} "
                  f"| | {totals['target_pass']}/{totals['targets']} |")
-    return "\n".join(lines), s_cal
+    return "\n".join(lines) + "\n\n" + follows(rows), s_cal
+
+
+def follows(rows) -> str:
+    """Whether a world's worst never-saw-it band ratio follows its target's spread (Spearman, per level), and
+    whether the target's spread follows the retain-only model's (what it stands in for)."""
+    from scipy.stats import spearmanr
+
+    out = []
+    for level in sorted({r[2] for r in rows}):
+        mine = [r for r in rows if r[2] == level]
+        spread = [r[3]["target"]["scale"] for r in mine]
+        worst = [max(c["band_ratio"] for k, c in r[4]["cases"].items() if k.startswith("retain_only")) for r in mine]
+        out.append(f"forget{level}: Spearman(target's spread, worst never-saw-it band ratio) = "
+                   f"{spearmanr(spread, worst).statistic:.2f} over {len(mine)} worlds")
+    pairs = {(r[0], r[1]): r[3] for r in rows if "retain_only_01" in r[3]}
+    rho = spearmanr([s["target"]["scale"] for s in pairs.values()],
+                    [s["retain_only_01"]["scale"] for s in pairs.values()]).statistic
+    out.append(f"Spearman(target's spread, forget01 retain-only model's spread) = {rho:.2f} over {len(pairs)} worlds")
+    return "\n".join(f"- {line}" for line in out)
 
 
 def main() -> None:
@@ -141,17 +162,19 @@ def main() -> None:
     ap.add_argument("--calibration-seeds", default="100,101,102")
     ap.add_argument("--levels", default="01,05")
     ap.add_argument("--seeds", default="6,7", help="the transfer worlds' seeds")
+    ap.add_argument("--scores", choices=("relative", "raw"), default="relative",
+                    help="the attacks' scores relative to the base model, or the model's own")
     args = ap.parse_args()
     cal_worlds = calibration_worlds(args.worlds, [int(s) for s in args.calibration_seeds.split(",")])
     cal = []
     for w in cal_worlds:
-        cal.append(world_scale(w))
+        cal.append(world_scale(w, args.scores))
         print(f"calibration {w.name}: target scale {cal[-1]['target']['scale']:.4f}", flush=True)
     rows = []
     for seed in map(int, args.seeds.split(",")):
         for recipe in RECIPES:
             world = case_file(args.transfer, recipe, seed, "01").parents[1]
-            scale = world_scale(world)
+            scale = world_scale(world, args.scores)
             print(f"{recipe} seed {seed}: target scale {scale['target']['scale']:.4f}", flush=True)
             for level in args.levels.split(","):
                 case = case_file(args.transfer, recipe, seed, level)
@@ -170,7 +193,8 @@ def main() -> None:
             f"worlds {args.calibration_seeds}; per attack: "
             + ", ".join(f"{a} {v:.3f}" for a, v in per_attack.items()) + "). \"Scale\": the mean pooled reach "
             "from 0.5 of forget-vs-holdout-style intervals between two random sets of 10 of TOFU's 20 holdout10 "
-            "authors, relative to the base (benchmarks/verification/margin_scale.py). Band ratios and pass counts "
+            f"authors, {'relative to the base' if args.scores == 'relative' else 'raw scores'} "
+            "(benchmarks/verification/margin_scale.py). Band ratios and pass counts "
             "are of both halves (steering, reporting); power aside.\n\n")
     publish(text + "\n", args.write, head)
 
