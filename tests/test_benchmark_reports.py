@@ -61,6 +61,25 @@ def test_robustness_compute_marks_a_point_only_where_all_three_targets_hold():
     assert "| 0.949 |" in lines[1] and "| 51% |" in lines[2] and "not forgotten (loss, pooled, relearn)" in lines[3]
 
 
+def test_margin_scale_passes_a_case_iff_its_packaged_band_ratio_is_within_k():
+    scale = _script("verification/margin_scale")
+    cal = [{"target": {"scale": 0.1}}, {"target": {"scale": 0.3}}]  # the calibration recipe's spread: 0.2
+
+    def row(spread, never, targets):
+        cases = {f"retain_only/{h}": {"band_ratio": b} for h, b in zip(("steering", "reporting"), never)}
+        cases.update({f"target/{h}": {"band_ratio": b} for h, b in zip(("steering", "reporting"), targets)})
+        return ("r", 6, "01", {"target": {"scale": spread}}, {"cases": cases})
+
+    # k = 0.22 / 0.2 = 1.1: 1.05 passes scaled only, 1.2 neither; the target at 1.92 fails both ways
+    # k = 0.18 / 0.2 = 0.9: 0.95 passes packaged only; the target at 0.85 (planted) passes scaled
+    text, s_cal = scale.table(cal, [row(0.22, (1.05, 1.2), (1.92, 1.92)), row(0.18, (0.95, 0.8), (0.85, 1.92))])
+    assert s_cal == pytest.approx(0.2)
+    lines = text.split("\n\n")[0].splitlines()
+    assert "| 1.10 |" in lines[2] and "| 0/2 | 1/2 |" in lines[2] and lines[2].endswith("| 0/2 |")
+    assert "| 0.90 |" in lines[3] and "| 2/2 | 1/2 |" in lines[3] and lines[3].endswith("| 1/2 |")
+    assert lines[4].startswith("| all |") and "| 2/4 | 2/4 |" in lines[4] and lines[4].endswith("| 1/4 |")
+
+
 def _report_shape(source: str) -> list[str]:
     """What a benchmark script does by hand that benchmarks/report.py does for every script: its own parser, its own
     --write option, or its own print-then-write tail."""
