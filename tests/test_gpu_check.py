@@ -14,7 +14,8 @@ def test_gpu_check_dry_run(tmp_path, subprocess_env):
     import sys
 
     env = dict(subprocess_env, PYTHON=sys.executable)
-    command = ["bash", str(REPO / "benchmarks/llm_scale/gpu_check.sh"), "--dry-run", "--profile", "--out", str(tmp_path)]
+    command = ["bash", str(REPO / "benchmarks/llm_scale/gpu_check.sh"), "--dry-run", "--profile", "--out",
+               str(tmp_path)]
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((tmp_path / "gpu_check.json").read_text())

@@ -1,5 +1,5 @@
-"""The memory model's parameter count (benchmarks/llm_scale/llama2_7b_memory.py) against transformers' own model on the meta
-device, and the terms that distinguish ZeRO-2 from ZeRO-3 and one method from another."""
+"""The memory model's parameter count (benchmarks/llm_scale/llama2_7b_memory.py) against transformers' own model on
+the meta device, and the terms that distinguish ZeRO-2 from ZeRO-3 and one method from another."""
 
 import pytest
 import torch

@@ -11,8 +11,9 @@ the calibration worlds, each left out in turn), rounded up to 0.01. The calibrat
 docs/generated/holdout_calibration.md gives the pass rates on test worlds, the power, and the margins a model's own
 holdout items give (lit_unlearn.verification.full_verdict.self_margins).
 
-`benchmarks/verification/calibrate_holdout_delta.py` writes `holdout_delta.json` beside this file; to recalibrate for other data,
-run it on worlds built from that data, or give margins of your own (HoldoutVerification(delta=..., delta_author=...)).
+`benchmarks/verification/calibrate_holdout_delta.py` writes `holdout_delta.json` beside this file; to recalibrate for
+other data, run it on worlds built from that data, or give margins of your own (HoldoutVerification(delta=...,
+delta_author=...)).
 """
 
 from __future__ import annotations

@@ -78,7 +78,8 @@ class TeacherForcedScoring:
         """Batches are runs of the length-sorted pairs (little padding): batch_size rows each by default;
         batch_tokens instead fills each batch with as many rows as fit in that many padded tokens (fewer, fuller
         batches of short sequences). Measured on CPU, batch_size rows was the faster of the two
-        (benchmarks/llm_scale/tofu_eval_phases.py: 1.46× slower with a budget of batch_size × max_length at forget10)."""
+        (benchmarks/llm_scale/tofu_eval_phases.py: 1.46× slower with a budget of batch_size × max_length at
+        forget10)."""
         self.formatter, self.batch_size = formatter, batch_size
         self.batch_tokens = batch_tokens
         self._collate = pad_collate(pad_token_id)
