@@ -42,20 +42,31 @@ def pytest_configure(config):
         config.option.loadscopereorder = False  # xdist hands out the files in the order of LONGEST_FIRST
     if _is_controller(config) and "not slow" not in (config.option.markexpr or "") and \
             (config.option.markexpr or "").strip() != "extended":
-        _build_world_before_the_workers()
+        _WORLD_BUILD.append(_start_world_build())
+
+
+def pytest_unconfigure(config):
+    for build in _WORLD_BUILD:
+        _report_world_build(*build)
 
 
 # The longest files first, so that what is left at the end of a run is short and the two workers finish together
 # (seconds each took in the README's command; every other file takes under 20). xdist's default order is by the
-# number of tests in a file, which put a 33-second one-test file last.
-LONGEST_FIRST = ("test_llm_cli.py", "test_own_job.py", "test_deepspeed.py", "test_cluster.py", "test_tofu_world.py",
-                 "test_holdout_world.py", "test_cli_and_resume.py", "test_tofu_eval_units.py",
+# number of tests in a file, which put a 33-second one-test file last. The first three do not read the TOFU world,
+# which is built beside them from an empty cache: about 4 minutes of work before the first test that needs it.
+LONGEST_FIRST = ("test_own_job.py", "test_deepspeed.py", "test_cli_and_resume.py", "test_cluster.py",
+                 "test_llm_cli.py", "test_holdout_world.py", "test_tofu_world.py", "test_tofu_eval_units.py",
                  "test_preempted_resume.py", "test_distributed_shutdown.py", "test_gpu_check.py")
+_WORLD_BUILD: list = []
 
 
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+    early = {item.path.name for item in items if "tofu_world" in item.fixturenames} & set(LONGEST_FIRST[:3])
+    if early:  # they would wait on the world's build instead of running beside it
+        raise pytest.UsageError(f"{sorted(early)} read the TOFU world: move them after the first three files of "
+                                "LONGEST_FIRST (tests/conftest.py)")
 
 
 def _is_controller(config) -> bool:
@@ -63,20 +74,39 @@ def _is_controller(config) -> bool:
     return not os.environ.get("PYTEST_XDIST_WORKER") and bool(getattr(config.option, "numprocesses", None))
 
 
-def _build_world_before_the_workers() -> None:
-    """Build (or find) the shared world with both cores while no worker runs, so no worker waits on it."""
+def _start_world_build():
+    """Build (or find) the shared world in a process of its own, one thread, while the workers run the files that do
+    not read it (LONGEST_FIRST puts them first). A test that needs the world waits on the world's file lock; if this
+    build fails, the first such test builds it (and says why it cannot). Two threads alone used to come first, but
+    they ran it only 1.3 times faster than one: beside the tests the same cores do more."""
     import subprocess
+    import tempfile
     import time
 
-    started = time.perf_counter()
-    code = ("import sys; from lit_unlearn.worlds.tofu_world import prepare_tofu_world as p; "
-            "print(p(sys.argv[1], seed=0, levels=sys.argv[2].split(','), log=lambda *a: None).folder)")
-    env = dict(os.environ, OMP_NUM_THREADS=str(os.cpu_count() or 2), MKL_NUM_THREADS=str(os.cpu_count() or 2))
-    proc = subprocess.run([sys.executable, "-c", code, str(WORLDS), ",".join(WORLD_LEVELS)], env=env,
-                          capture_output=True, text=True)
-    if proc.returncode:
-        raise RuntimeError("building the shared TOFU world failed:\n" + proc.stderr[-3000:])
-    print(f"shared TOFU world: {proc.stdout.strip()} ({time.perf_counter() - started:.0f} s)")
+    code = ("import sys, time; t = time.perf_counter(); "
+            "from lit_unlearn.worlds.tofu_world import prepare_tofu_world as p; "
+            "f = p(sys.argv[1], seed=0, levels=sys.argv[2].split(','), log=lambda *a: None).folder; "
+            "print(f, round(time.perf_counter() - t))")
+    out = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(WORLDS), ",".join(WORLD_LEVELS)],
+                            env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
+                            stdout=out, stderr=subprocess.STDOUT, text=True)
+    return proc, out, time.perf_counter()
+
+
+def _report_world_build(proc, out, started) -> None:
+    import time
+
+    code = proc.wait()
+    out.seek(0)
+    lines = out.read().strip().splitlines()
+    if code:
+        print("\nbuilding the shared TOFU world failed (the tests that read it built it or said why):\n"
+              + "\n".join(lines[-30:]))
+    else:
+        folder, seconds = lines[-1].rsplit(" ", 1)
+        print(f"\nshared TOFU world: {folder} ({seconds} s, beside the tests; "
+              f"{time.perf_counter() - started:.0f} s since the start)")
 
 
 @pytest.fixture(scope="session")
