@@ -10,8 +10,8 @@ sys.path.insert(0, str(TESTS))
 
 # One compute thread per process, forced (not a default a parent may have set): two test workers share two cores,
 # and every CLI, DDP and DeepSpeed process they start inherits this environment. Idle OpenMP threads spin, so
-# 2 threads per process on a loaded 2-core machine triple wall time. Assets built before the workers start
-# (pytest_configure) get both cores explicitly.
+# 2 threads per process on a loaded 2-core machine triple wall time. The shared world's build beside the workers
+# (pytest_configure) gets one thread too.
 for _key, _value in (("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1"), ("TOKENIZERS_PARALLELISM", "false")):
     os.environ[_key] = _value
 
@@ -150,7 +150,7 @@ def spawn(prefork, subprocess_env, tmp_path):
 @pytest.fixture(scope="session")
 def tofu_world():
     """The default TOFU world built from the real release (seed 0, forget01's retain-only model and report): built
-    before the workers start (or here, under its file lock, in a plain run) and cached across sessions in WORLDS,
+    beside the first test files (or here, under its file lock, in a plain run) and cached across sessions in WORLDS,
     which is the folder `tofu-demo --worlds` reads."""
     from lit_unlearn.worlds.tofu_world import prepare_tofu_world
 
