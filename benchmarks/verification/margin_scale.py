@@ -44,23 +44,13 @@ def scale_file(world: Path, scores: str) -> Path:
 def author_spread(relative: dict[str, list[float]], groups: list[int]) -> dict[str, float]:
     """{attack: mean pooled reach from 0.5} over SPLITS random halvings of the authors (one set standing for the
     forget side), the verdict's own interval (author-resampled, 95 %)."""
-    import numpy as np
+    from dataclasses import replace
 
-    from lit_unlearn.verification.full_verdict import VerdictSpec, attack_bands, condition_verdict
+    from lit_unlearn.verification.full_verdict import VerdictSpec, author_split_bands
 
-    spec = VerdictSpec()
-    authors = sorted(set(groups))
-    rng = np.random.default_rng(SEED)
     sums = {a: 0.0 for a in relative}
-    for _ in range(SPLITS):
-        order = rng.permutation(len(authors))
-        first = {authors[j] for j in order[: len(authors) // 2]}
-        idx = {s: [i for i, g in enumerate(groups) if (g in first) == (s == "f")] for s in ("f", "h")}
-        pick = lambda s: {k: [v[i] for i in idx[s]] for k, v in relative.items()}  # noqa: E731
-        verdict, _ = condition_verdict(pick("f"), pick("h"), [groups[i] for i in idx["f"]],
-                                       [groups[i] for i in idx["h"]], list(relative),
-                                       ({a: 0.5 for a in relative},) * 2, spec)
-        for a, (pooled, _) in attack_bands(verdict).items():
+    for bands in author_split_bands(relative, groups, list(relative), replace(VerdictSpec(), seed=SEED), SPLITS):
+        for a, (pooled, _) in bands.items():
             sums[a] += pooled / SPLITS
     return sums
 

@@ -196,8 +196,6 @@ def self_margins(holdout: Mapping[str, Sequence[float]], groups: Sequence, attac
     one standing for the forget side, and each attack's reach pooled and per author, the largest over the splits,
     rounded up to 0.01. `learned_inputs`: the learned attack's features of the holdout items (default: `holdout`).
     Needs SELF_MIN_AUTHORS holdout authors."""
-    import numpy as np
-
     from lit_unlearn.core.errors import UserError
 
     authors = list(dict.fromkeys(groups))
@@ -205,21 +203,33 @@ def self_margins(holdout: Mapping[str, Sequence[float]], groups: Sequence, attac
         raise UserError(f"a band from the model's own holdout items needs at least {SELF_MIN_AUTHORS} holdout "
                         f"authors per half ({2 * SELF_MIN_AUTHORS} in all); this half has {len(authors)}: give a "
                         "larger holdout split, or use the calibrated margins")
-    rng = np.random.default_rng(spec.seed)
     pooled = {a: 0.0 for a in attacks}
     author = {a: 0.0 for a in attacks}
-    inputs = holdout if learned_inputs is None else learned_inputs
-    for _ in range(spec.self_splits):
+    for bands in author_split_bands(holdout, groups, attacks, spec, spec.self_splits, learned_inputs):
+        for a, (p, w) in bands.items():
+            pooled[a], author[a] = max(pooled[a], p), max(author[a], w)
+    return {a: _round_up(v) for a, v in pooled.items()}, {a: _round_up(v) for a, v in author.items()}
+
+
+def author_split_bands(scores: Mapping[str, Sequence[float]], groups: Sequence, attacks: Sequence[str],
+                       spec: VerdictSpec, splits: int, learned_inputs: Mapping[str, Sequence[float]] | None = None):
+    """attack_bands of `splits` random halvings of authors who are all on one side (seeded by spec.seed): one set
+    stands for the forget side, the other for the holdout side, so every reach is what no membership looks like on
+    these authors. `learned_inputs`: the learned attack's features of the same items (default: `scores`)."""
+    import numpy as np
+
+    authors = list(dict.fromkeys(groups))
+    rng = np.random.default_rng(spec.seed)
+    inputs = scores if learned_inputs is None else learned_inputs
+    for _ in range(splits):
         order = rng.permutation(len(authors))
         side = {authors[j]: ("f" if r < len(authors) // 2 else "h") for r, j in enumerate(order)}
         idx = {s: [i for i, g in enumerate(groups) if side[g] == s] for s in ("f", "h")}
         pick = lambda d, s: {k: [v[i] for i in idx[s]] for k, v in d.items()}  # noqa: E731
         fg, hg = [groups[i] for i in idx["f"]], [groups[i] for i in idx["h"]]
-        verdict, _ = condition_verdict(pick(holdout, "f"), pick(holdout, "h"), fg, hg, attacks,
+        verdict, _ = condition_verdict(pick(scores, "f"), pick(scores, "h"), fg, hg, attacks,
                                        ({a: 0.5 for a in ATTACKS},) * 2, spec, (pick(inputs, "f"), pick(inputs, "h")))
-        for a, (p, w) in attack_bands(verdict).items():
-            pooled[a], author[a] = max(pooled[a], p), max(author[a], w)
-    return {a: _round_up(v) for a, v in pooled.items()}, {a: _round_up(v) for a, v in author.items()}
+        yield attack_bands(verdict)
 
 
 @dataclass
