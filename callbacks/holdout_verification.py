@@ -99,8 +99,8 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
             steer_on: what a stop rule's look reads on the steering half: "none" (the model as it is) or "full"
                 (relearning and 4-bit too).
             final_verdict: "full" (before any attack, relearning, 4-bit) or "none" (the model as it is only).
-            spec: VerdictSpec fields (relearning rates and steps, quantisation) to change; the calibrated margins
-                hold only for the defaults.
+            spec: VerdictSpec fields (relearning rates and steps, quantisation, `paraphrase: true` for the fourth
+                part) to change; the calibrated margins hold only for the defaults.
             when_missing: "error" (no holdout data is a one-line error) or "skip" (the run goes on, and says what it
                 could not check and how to supply it: the user's own job, where holdout data is optional).
         """
@@ -671,6 +671,8 @@ NEXT_STEPS = {
                   "1.00-1.06 at forget01 against 1.42-1.61), at 0.87-0.89 x utility",
     "quantisation": "4-bit rounding brings the forget set back: the update is smaller than the rounding step; "
                     "unlearn with a larger step, or check the model you ship at the precision you ship it",
+    "paraphrase": "asked another way, the forget answers come back: the method forgot the question's wording, not "
+                  "the fact; add paraphrased questions to the forget set",
 }
 
 

@@ -4,6 +4,7 @@ here by hand (each number below is worked out in the comment beside it)."""
 import csv
 import json
 
+import numpy as np
 import pytest
 
 from helpers import benchmark_script as _script
@@ -106,3 +107,51 @@ def test_every_benchmark_script_states_its_options_and_writes_its_report_through
     planted = ('def main():\n    ap = argparse.ArgumentParser()\n    ap.add_argument("--write")\n    args = ap.parse_args()\n'
                '    if args.write:\n        Path(args.write).write_text(text)\n')
     assert len(_report_shape(planted)) == 3
+
+
+def _planted_case(seed: int, reach: dict, auc: float = 0.5) -> dict:
+    """A paraphrase case of two halves whose every attack reaches `reach[condition]` pooled and per author, with
+    per-item scores for the power simulation."""
+    rng = np.random.default_rng(seed)
+    groups = [i // 10 for i in range(20)]
+    attacks = ("loss", "zlib")
+    conditions = {}
+    for condition, r in reach.items():
+        entry = {"pooled": {a: r for a in attacks}, "authors": {a: {"0": r, "1": r / 2} for a in attacks},
+                 "auc": {a: auc for a in attacks}, "bands": {a: [r, r] for a in attacks},
+                 "items": {side: {a: rng.normal(size=20).tolist() for a in attacks} for side in ("forget", "holdout")}}
+        raw = {**entry, "bands": {a: [r + 0.05, r + 0.05] for a in attacks}}  # raw scoring: 0.05 wider
+        conditions[condition] = {"relative": entry, "raw": raw}
+    half = {"forget_groups": groups, "holdout_groups": groups, "conditions": conditions}
+    return {"seed": seed, "halves": {"steering": half, "reporting": half}}
+
+
+def test_paraphrase_margins_take_the_calibration_worlds_largest_reach_and_are_stored_beside_the_others(tmp_path):
+    """The largest calibration reach under the paraphrased questions, times the smallest inflation at which every
+    world left out passes (here 1.00: the largest reach is held by two worlds), in the tighter mode (relative, by
+    0.05); a never-trained test world inside it passes and a target beyond it fails; the store merges it into the
+    packaged calibration and leaves every other condition's margins as they were."""
+    import json
+
+    para = _script("verification/calibrate_paraphrase")
+    cal = [_planted_case(i, {"none": 0.2, "paraphrase": r}) for i, r in enumerate((0.3, 0.31, 0.31, 0.25))]
+    tst = {"retain_only": [_planted_case(10, {"none": 0.2, "paraphrase": 0.3})],
+           "target": [_planted_case(11, {"none": 0.45, "paraphrase": 0.45}, auc=0.95)]}
+    packaged = {"none": {a: [0.25, 0.5, "relative"] for a in ("loss", "zlib")}}
+    r = para.level_report(cal, tst, packaged, sims=20)
+    assert r["inflation"]["chosen"] == 1.0
+    assert r["margins"]["best"]["paraphrase"] == {a: [0.31, 0.31, "relative"] for a in ("loss", "zlib")}
+    assert r["margins"]["raw"]["paraphrase"]["loss"] == [0.36, 0.36]
+    assert r["rates"] == {"retain_only": [2, 2], "target": [0, 2]}
+    # the packaged margins of the model as it is (0.25 pooled) fail the never-trained model's paraphrase (0.3)
+    assert r["with_none_margins"]["retain_only/none"] == [2, 2]
+    assert r["with_none_margins"]["retain_only/paraphrase"] == [0, 2]
+    path = tmp_path / "calibration.json"
+    before = {"margins": {"01": {m: {"none": {"loss": [0.2, 0.4]}} for m in ("relative", "raw", "best")}},
+              "rule": "kept"}
+    path.write_text(json.dumps(before))
+    para.store({"levels": {"01": r}, "rule": para.RULE, "command": "c"}, path)
+    after = json.loads(path.read_text())
+    assert after["margins"]["01"]["best"]["none"] == {"loss": [0.2, 0.4]} and after["rule"] == "kept"
+    assert after["margins"]["01"]["best"]["paraphrase"]["zlib"] == [0.31, 0.31, "relative"]
+    assert after["paraphrase"]["summary"]["01"]["rates"]["target"] == [0, 2]

@@ -112,7 +112,8 @@ def test_relative_scoring_is_the_verdict_on_model_minus_base_scores():
     want = holdout_verdict(diff["forget"], diff["holdout"], half.forget_groups, half.holdout_groups, margins[0],
                            margins[1], n_boot=300)
     assert got.band_ratio == pytest.approx(want.band_ratio)
-    assert {a: iv.auc for a, iv in got.pooled.intervals.items()} == {a: iv.auc for a, iv in want.pooled.intervals.items()}
+    assert {a: iv.auc for a, iv in got.pooled.intervals.items()} == {a: iv.auc
+                                                                     for a, iv in want.pooled.intervals.items()}
 
 
 def test_own_margins_are_the_largest_reach_of_holdout_against_holdout_and_need_four_authors():
@@ -204,3 +205,70 @@ def test_relearning_snapshots_are_the_shorter_attacks_and_read_only_the_rows_giv
     assert relearn == [0, 1] and measured == [2, 3, 4] and same_author(["a"] * 5, relearn, measured)
     with pytest.raises(ValueError, match="at least 2 forget items"):
         relearn_split(["a"], 0.5)
+
+
+def test_the_paraphrase_condition_asks_the_forget_items_otherwise_and_subtracts_the_base_on_the_same_questions():
+    """The fourth part: the scorer sees each forget item under its paraphrased question (the holdout items as they
+    are); relative scores subtract the base model's score of the same paraphrased question, not of the original; a
+    paraphrase that fails fails the verdict; without a paraphrased question it is one line that says what to add."""
+    from lit_unlearn.core.errors import UserError
+    from lit_unlearn.verification.full_verdict import PARAPHRASE, part_of, score_conditions
+
+    rng = np.random.default_rng(7)
+    forget = [{"question": f"q{i}", "paraphrased_question": f"p{i}", "answer": f"a{i}"} for i in range(20)]
+    holdout = [{"question": f"h{i}", "answer": f"b{i}"} for i in range(20)]
+    groups = [i // 10 for i in range(20)]
+    half = HalfItems(forget, holdout, groups, groups, [], [])
+    names = ("loss", "zlib")
+    table = {r["question"]: {a: float(rng.normal()) for a in names} for r in forget + holdout}
+    table.update({r["paraphrased_question"]: {a: float(rng.normal(2.0)) for a in names} for r in forget})
+    asked = []
+
+    def scorer(network, f_rows, h_rows):  # a score per question: what the model would give
+        asked.append([r["question"] for r in f_rows])
+        out = {f"forget_{a}": [table[r["question"]][a] + network for r in f_rows] for a in names}
+        out.update({f"holdout_{a}": [table[r["question"]][a] + network for r in h_rows] for a in names})
+        return out
+
+    spec = VerdictSpec(n_boot=300, paraphrase=True)
+    assert spec.conditions()[-1] == PARAPHRASE and part_of(PARAPHRASE) == "paraphrase"
+    assert PARAPHRASE not in VerdictSpec().conditions()  # off until calibrated
+    scored = score_conditions(0.0, half, scorer, spec, conditions=["none", PARAPHRASE])
+    assert asked == [[r["question"] for r in forget], [r["paraphrased_question"] for r in forget]]
+    margins = ({a: 0.4 for a in names}, {a: 0.45 for a in names})
+    model = {c: Scored({k: [x + (0.3 if k.startswith("forget") else 0.0) for x in v] for k, v in s.mia.items()},
+                       s.forget_idx) for c, s in scored.items()}  # the model: forget items 0.3 above the base
+    model[PARAPHRASE].base = scored[PARAPHRASE].mia
+    got = judge(model, half, list(names), lambda c: margins, spec, scored["none"].mia).verdicts[PARAPHRASE]
+    want = holdout_verdict({a: [0.3] * 20 for a in names}, {a: [0.0] * 20 for a in names}, groups, groups,
+                           margins[0], margins[1], n_boot=300)
+    assert got.band_ratio == pytest.approx(want.band_ratio) and not got.passed  # every forget item apart
+    assert {a: iv.auc for a, iv in got.pooled.intervals.items()} == {a: iv.auc
+                                                                     for a, iv in want.pooled.intervals.items()}
+    assert all(iv.auc in (0.0, 1.0) for iv in got.pooled.intervals.values())
+    model[PARAPHRASE].base = None  # the original questions' base scores would be the wrong subtraction
+    with pytest.raises(ValueError, match="same questions"):
+        judge(model, half, list(names), lambda c: margins, spec, scored["none"].mia)
+    full = judge({"none": Scored(scored["none"].mia, list(range(20)), None),
+                  PARAPHRASE: Scored(model[PARAPHRASE].mia, list(range(20)), scored[PARAPHRASE].mia)},
+                 half, list(names), lambda c: margins, spec, scored["none"].mia, power=False)
+    assert full.part("paraphrase")["band_ratio"] == pytest.approx(got.band_ratio) and full.decision == "not forgotten"
+    assert full.verdicts["none"].band_ratio < 1 < full.band_ratio
+    with pytest.raises(UserError, match="3 of 20 forget items have none"):
+        score_conditions(0.0, HalfItems([{**r, "paraphrased_question": ""} if i < 3 else r
+                                         for i, r in enumerate(forget)], holdout, groups, groups, [], []),
+                         scorer, spec, conditions=[PARAPHRASE])
+
+
+def test_the_paraphrase_part_needs_its_own_calibrated_margins_and_says_how_to_make_them():
+    """Until calibrate_paraphrase.py has stored them, asking for the paraphrase part with calibrated margins is one
+    line that names the script (the margins of the model as it is would judge a shifted question wrongly)."""
+    from lit_unlearn.core.errors import UserError
+    from lit_unlearn.verification.holdout_calibration import calibrated_margins, calibration
+
+    if "paraphrase" in calibration()["margins"]["01"]["best"]:
+        pooled, author = calibrated_margins("01", "best", "paraphrase")
+        assert set(pooled) == set(author) and all(0 < v <= 0.5 for v in (*pooled.values(), *author.values()))
+        return
+    with pytest.raises(UserError, match="calibrate_paraphrase.py, or leave that condition out"):
+        calibrated_margins("01", "best", "paraphrase")

@@ -167,3 +167,25 @@ def test_the_bench_columns_carry_the_decision_and_the_detectable_auc():
     assert cols["caught"]["verify/full/fails_on"].startswith("loss (")
     shown = TofuBenchmark.columns
     assert shown["decision"] == "verify/full/decision" and shown["detectable AUC"] == "verify/full/detectable_auc"
+
+
+def test_the_paraphrase_part_has_a_bench_column_shown_only_where_a_run_has_it():
+    from lit_unlearn.bench.adapters import TofuBenchmark, full_verdict_columns
+    from lit_unlearn.bench.results import shown_columns
+    from lit_unlearn.verification.full_verdict import FullVerdict
+
+    fg, hg = groups(10, 20, "f"), groups(10, 20, "h")
+    margin = {"loss": (0.3, 0.45)}
+    before = full(fg, hg, {"loss": planted(fg, hg, 0.5, 0.2, np.random.default_rng(2))}, margin)
+    asked = full(fg, hg, {"loss": planted(fg, hg, 0.9, 0.2, np.random.default_rng(4))}, margin)
+    both = FullVerdict({"none": before.verdicts["none"], "paraphrase": asked.verdicts["none"]}, frozenset(), "raw",
+                       "given", power={"none": before.power["none"], "paraphrase": asked.power["none"]})
+    cols = full_verdict_columns(both)
+    assert cols["verify/full/paraphrase"] == asked.verdicts["none"].band_ratio > 1
+    assert cols["verify/full/decision"] == "not forgotten" and cols["verify/full/fails_on"].endswith("paraphrase")
+    assert full_verdict_columns(before)["verify/full/paraphrase"] is None
+    name = "paraphrase band ratio"
+    assert TofuBenchmark.columns[name] == "verify/full/paraphrase"
+    assert name not in shown_columns(TofuBenchmark, [{name: None}, {}])
+    assert name in shown_columns(TofuBenchmark, [{name: None}, {name: 1.2}])
+    assert "int4 band ratio" in shown_columns(TofuBenchmark, [{}])  # the others are always shown

@@ -51,21 +51,24 @@ def build(worlds: str, seeds: list[int], levels: list[str], jobs: int) -> None:
     run_all([[sys.executable, "-c", code, worlds, str(seed), ",".join(levels)] for seed in seeds], jobs, "world")
 
 
-def case_path(worlds: str, seed: int, level: str, model: str) -> Path:
+def case_path(worlds: str, seed: int, level: str, model: str, kind: str = "") -> Path:
+    """A case's file; `kind` names a calibration of other conditions (e.g. "paraphrase"), kept apart."""
     from lit_unlearn.worlds.tofu_world import world_folder
 
-    return world_folder(worlds, seed) / "verdict_cases" / f"{model}_{level}.json"
+    return world_folder(worlds, seed) / "verdict_cases" / f"{kind + '_' if kind else ''}{model}_{level}.json"
 
 
-def spec_identity() -> dict:
+def spec_identity(**changes) -> dict:
     """What a case was scored under (as JSON gives it back: tuples become lists)."""
     from lit_unlearn.verification.full_verdict import VerdictSpec
 
-    return json.loads(json.dumps({"version": CASE_VERSION, "spec": VerdictSpec().as_dict()}))
+    return json.loads(json.dumps({"version": CASE_VERSION, "spec": VerdictSpec(**changes).as_dict()}))
 
 
-def score_case(worlds: str, seed: int, level: str, model: str) -> None:
-    """Score one model of one world and level on both halves, every condition, both modes; write its case file."""
+def score_case(worlds: str, seed: int, level: str, model: str, conditions: list[str] | None = None,
+               kind: str = "", **spec) -> None:
+    """Score one model of one world and level on both halves, every condition (or `conditions`, under a VerdictSpec
+    with `spec` changed), both modes; write its case file."""
     import torch
 
     torch.set_num_threads(1)
@@ -77,15 +80,17 @@ def score_case(worlds: str, seed: int, level: str, model: str) -> None:
     from lit_unlearn.verification.verdict_runner import VerdictRunner
     from lit_unlearn.worlds.tofu_world import TofuWorld, TofuWorldRecipe, world_folder
 
+    from lit_unlearn.verification.full_verdict import VerdictSpec
+
     world = TofuWorld(world_folder(worlds, seed), seed, TofuWorldRecipe())
     splits = TofuSource(str(world.data), level).eval_splits()
     runner = VerdictRunner(load_tokenizer(str(world.tokenizer)), splits["forget"], splits["holdout"], level,
-                           base=str(world.base), margins=(0.5, 0.5))
+                           spec=VerdictSpec(**spec), base=str(world.base), margins=(0.5, 0.5))
     path = world.retain_only(level) if model == "retain_only" else world.target
     network = CausalLM(name_or_path=str(path)).eval()
-    out = {**spec_identity(), "seed": seed, "level": level, "model": model, "halves": {}}
+    out = {**spec_identity(**spec), "seed": seed, "level": level, "model": model, "halves": {}}
     for half in ("steering", "reporting"):
-        scored = runner.score(network, half)
+        scored = runner.score(network, half, conditions)
         items = runner.items[half]
         row = {"forget_groups": [str(g) for g in items.forget_groups],
                "holdout_groups": [str(g) for g in items.holdout_groups], "conditions": {}}
@@ -98,9 +103,9 @@ def score_case(worlds: str, seed: int, level: str, model: str) -> None:
                 entry[mode] = {"pooled": {a: iv.deviation() for a, iv in v.pooled.intervals.items()},
                                "authors": authors, "auc": {a: iv.auc for a, iv in v.pooled.intervals.items()},
                                "bands": attack_bands(v)}
-                if condition == "none":  # per-item scores: the power simulation's author effects
-                    base = runner.base_scores(half) if mode == "relative" else None
+                if condition in ("none", "paraphrase"):  # per-item scores: the power simulation's author effects
                     s = scored[condition]
+                    base = None if mode != "relative" else (s.base or runner.base_scores(half))
                     entry[mode]["items"] = {
                         "forget": {a: [x - y for x, y in zip(s.mia[f"forget_{a}"], base[f"forget_{a}"])]
                                    if base else list(s.mia[f"forget_{a}"]) for a in runner.attacks if a != "learned"},
@@ -112,17 +117,17 @@ def score_case(worlds: str, seed: int, level: str, model: str) -> None:
                     pooled, author = self_margins(h, items.holdout_groups, runner.attacks, runner.spec)
                     row["conditions"][condition]["relative"]["self_margins"] = {"pooled": pooled, "author": author}
         out["halves"][half] = row
-    target = case_path(worlds, seed, level, model)
+    target = case_path(worlds, seed, level, model, kind)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(out))
 
 
-def load_case(worlds: str, seed: int, level: str, model: str) -> dict | None:
-    path = case_path(worlds, seed, level, model)
+def load_case(worlds: str, seed: int, level: str, model: str, kind: str = "", **spec) -> dict | None:
+    path = case_path(worlds, seed, level, model, kind)
     if not path.is_file():
         return None
     case = json.loads(path.read_text())
-    ident = spec_identity()
+    ident = spec_identity(**spec)
     return case if case.get("version") == ident["version"] and case.get("spec", ident["spec"]) == ident["spec"] \
         else None
 
@@ -239,7 +244,7 @@ def pass_rates(cases: list[dict], mode: str, margins: dict | None, best: dict | 
     return out
 
 
-def author_share(cases: list[dict], attack: str, mode: str = "relative") -> float:
+def author_share(cases: list[dict], attack: str, mode: str = "relative", condition: str = "none") -> float:
     """The share of an attack's per-item variance (the model as it is) that lies between authors
     (lit_unlearn.verification.verdict_power.author_share), averaged over the cases' sides and halves."""
     from lit_unlearn.verification.verdict_power import author_share as share_of
@@ -247,7 +252,7 @@ def author_share(cases: list[dict], attack: str, mode: str = "relative") -> floa
     shares = []
     for case in cases:
         for half in case["halves"].values():
-            entry = half["conditions"]["none"][mode]
+            entry = half["conditions"][condition][mode]
             for side, groups in (("forget", half["forget_groups"]), ("holdout", half["holdout_groups"])):
                 values = entry["items"][side].get(attack)
                 share = None if values is None else share_of(values, groups)
@@ -257,7 +262,7 @@ def author_share(cases: list[dict], attack: str, mode: str = "relative") -> floa
 
 
 def power_table(cases: list[dict], margins: dict, fg: list, hg: list, attacks: list[str], sims: int,
-                seed: int = 0) -> dict:
+                seed: int = 0, condition: str = "none") -> dict:
     """Per attack, before any attack on the weights: the smallest true AUC the verdict fails 80 % of the time
     (lit_unlearn.verification.verdict_power, to 0.01), the rate at AUC 0.8 and the pass rate at AUC 0.5; learned uses
     the author share of the loss (its own inputs' structure)."""
@@ -265,8 +270,8 @@ def power_table(cases: list[dict], margins: dict, fg: list, hg: list, attacks: l
 
     out = {}
     for attack in attacks:
-        pooled, author, mode = margins["best"]["none"][attack]
-        share = author_share(cases, attack if attack != "learned" else "loss", mode)
+        pooled, author, mode = margins["best"][condition][attack]
+        share = author_share(cases, attack if attack != "learned" else "loss", mode, condition)
         p = check_power(fg, hg, (pooled, author), share, sims=sims, seed=seed)
         null_pass = 1 - float(fail_rates([0.5], fg, hg, (pooled, author), share, sims=sims, seed=seed)[0])
         out[attack] = {"author_share": share, "auc_80": p.detectable_auc, "rate_at_08": p.rate,

@@ -109,10 +109,9 @@ def run_audit(subjects: dict, tokenizer, source, spec: AuditSpec, out: str | Pat
     items = runner.items["reporting"]
     paraphrased = None
     if spec.paraphrase:
-        if not all(r.get("paraphrased_question") for r in items.forget):
-            raise UserError("paraphrase probe: the forget split has no `paraphrased_question` (TOFU's "
-                            "forget*_perturbed splits have it); set paraphrase: false")
-        paraphrased = [{**r, "question": r["paraphrased_question"]} for r in items.forget]
+        from lit_unlearn.verification.full_verdict import asked_otherwise
+
+        paraphrased = asked_otherwise(items.forget)
     results: dict[str, dict] = {}
     for name, network in subjects.items():
         if network is None:

@@ -54,7 +54,7 @@ def full_verdict_columns(verdict) -> dict[str, Any]:
                            "verify/full/band_ratio": verdict.band_ratio}
     found = verdict.detectable_auc("before")
     out["verify/full/detectable_auc"] = None if found is None else found[0]
-    for part, key in (("relearning", "relearn"), ("quantisation", "int4")):
+    for part, key in (("relearning", "relearn"), ("quantisation", "int4"), ("paraphrase", "paraphrase")):
         w = verdict.part(part)
         out[f"verify/full/{key}"] = None if w is None else w["band_ratio"]
     w = verdict.worst
@@ -104,10 +104,12 @@ class TofuBenchmark(_Benchmark):
                "worst AUC low": "verify/worst_auc_low", "worst AUC high": "verify/worst_auc_high",
                "band ratio (steering)": "verify/steering_band_ratio",
                "relearn band ratio": "verify/full/relearn", "int4 band ratio": "verify/full/int4",
+               "paraphrase band ratio": "verify/full/paraphrase",
                "unread band ratio": "verify/full/unread_band_ratio", "MU": "model_utility",
                "compute share": "compute/share",
                "FQ (gold)": "forget_quality", "AUC vs retain-only (gold)": "verification/forget_vs_retain_only_auc",
                "FTR": "forget_truth_ratio", "ES": "forget/es", "forget ROUGE": "forget/rouge"}
+    optional = ("paraphrase band ratio",)  # shown where the verdict ran that part (VerdictSpec.paraphrase)
     figure = ("MU", "band ratio", False)  # x, y, log y
     criterion = ("the smallest band ratio of the reference-free verification on the steering half among points "
                  "keeping model utility >= {floor:g} x the target's (no retain-only model read)")
@@ -222,13 +224,15 @@ class TofuBenchmark(_Benchmark):
         key = ("runner", world.name, level)
         if key not in self._evaluators:
             from lit_unlearn.data import TofuSource
+            from lit_unlearn.verification.full_verdict import VerdictSpec
             from lit_unlearn.verification.verdict_runner import VerdictRunner
 
             splits = TofuSource(world.data, level).eval_splits()
             per_author = 20 if spec.data.get("kind", "world") != "generated" else int(spec.data.get("n_questions", 8))
             self._evaluators[key] = VerdictRunner(
-                world.tokenizer, splits["forget"], splits["holdout"], level, mode="best" if world.base else "raw",
-                base=world.base, items_per_author=per_author, template=world.template, max_length=world.max_length)
+                world.tokenizer, splits["forget"], splits["holdout"], level, VerdictSpec(paraphrase=spec.paraphrase),
+                mode="best" if world.base else "raw", base=world.base, items_per_author=per_author,
+                template=world.template, max_length=world.max_length)
         return self._evaluators[key]
 
     def evaluate(self, world: World, level: str, network, spec, reads=frozenset()) -> dict:
@@ -248,7 +252,8 @@ class TofuBenchmark(_Benchmark):
         return {**out, **verification_columns(self.runner(world, level, spec), report.per_item["mia"], reads)}
 
     def audit(self, world: World, level: str, network, spec, out: Path, reads=frozenset()) -> dict:
-        """The full verdict on the reporting half: before any attack, after relearning, at 4 bits."""
+        """The full verdict on the reporting half: before any attack, after relearning, at 4 bits (and the paraphrased
+    questions where the spec asks for them)."""
         verdict = self.runner(world, level, spec).verdict(network, "reporting", reads=reads)
         out.mkdir(parents=True, exist_ok=True)
         (out / "verdict.json").write_text(json.dumps(verdict.as_dict(), indent=1, default=float))

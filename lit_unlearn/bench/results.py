@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lit_unlearn.bench.spec import BenchSpec
 
-__all__ = ["write_outputs", "aggregate", "chosen_point"]
+__all__ = ["write_outputs", "aggregate", "chosen_point", "shown_columns"]
 
 
 def _mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
@@ -69,10 +69,17 @@ def _point(point: dict) -> str:
     return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items()) or "-"
 
 
+def shown_columns(bench, rows: list[dict]) -> list[str]:
+    """The bench's columns and the wall time per run (unlearning, the evaluation and the audit); an optional column
+    (a part of the verdict a bench may not run) only where some run has it."""
+    optional = getattr(bench, "optional", ())
+    return [c for c in [*bench.columns, "seconds"] if c not in optional or any(r.get(c) is not None for r in rows)]
+
+
 def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: dict, val_world: str,
                   order: list[str]) -> Path:
     """chosen: {(method, validation level): (point, why)}."""
-    columns = [*bench.columns, "seconds"]  # wall time per run: unlearning, the evaluation and the audit
+    columns = shown_columns(bench, rows)
     table = aggregate(rows, order, columns)
     with (out / "results.csv").open("w", newline="") as f:
         w = csv.writer(f)

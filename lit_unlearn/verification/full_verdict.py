@@ -6,7 +6,11 @@ Three parts, each the equivalence test of lit_unlearn.verification.holdout_equiv
 - relearning: a copy fine-tuned on some forget authors of the half (lit_unlearn.verification.relearning_probe), the
   others measured; at every learning rate of `relearn_lrs` and every step count of `relearn_steps`, the worst
   counts (UNDO's protocol takes the attacker's best case);
-- quantisation: round-to-nearest weights at `quant_bits` bits (lit_unlearn.algorithms.quantize).
+- quantisation: round-to-nearest weights at `quant_bits` bits (lit_unlearn.algorithms.quantize);
+and a fourth where `paraphrase` is on: the model as it is, its forget items asked by their paraphrased questions
+(TOFU's `paraphrased_question`; the holdout items as they are), the standard probe of whether an answer comes back
+when the question is asked another way. It is off by default until its margins are calibrated
+(benchmarks/verification/calibrate_paraphrase.py).
 Every condition has its own margins, calibrated on models that never saw the forget authors under that same
 condition (a never-trained model also learns a little from relearning on a neighbour), per attack.
 
@@ -49,11 +53,13 @@ from lit_unlearn.verification.verdict_power import (
     check_power,
 )
 
-__all__ = ["VerdictSpec", "HalfItems", "FullVerdict", "PARTS", "part_of", "relearn_condition", "quant_condition",
-           "pick_scores", "condition_verdict", "attack_bands", "self_margins", "score_conditions", "judge",
-           "Scored", "MODES", "SELF_MIN_AUTHORS", "MIN_HOLDOUT_AUTHORS", "DECISIONS", "condition_power"]
+__all__ = ["VerdictSpec", "HalfItems", "FullVerdict", "PARTS", "PARAPHRASE", "asked_otherwise", "part_of",
+           "relearn_condition", "quant_condition", "pick_scores", "condition_verdict", "attack_bands", "self_margins",
+           "score_conditions", "judge", "Scored", "MODES", "SELF_MIN_AUTHORS", "MIN_HOLDOUT_AUTHORS", "DECISIONS",
+           "condition_power"]
 
-PARTS = ("before", "relearning", "quantisation")
+PARTS = ("before", "relearning", "quantisation", "paraphrase")
+PARAPHRASE = "paraphrase"  # the condition (and part): the forget items asked by their paraphrased questions
 MODES = ("best", "relative", "raw")  # best: per attack and condition, the tighter calibrated one
 SELF_MIN_AUTHORS = 4  # holdout authors a half needs to give its own null: two a side
 MIN_HOLDOUT_AUTHORS = 2  # with one, an author's style and membership are the same contrast: nothing can be decided
@@ -71,7 +77,21 @@ def quant_condition(bits: int) -> str:
 def part_of(condition: str) -> str:
     if condition == "none":
         return "before"
+    if condition == PARAPHRASE:
+        return "paraphrase"
     return "relearning" if condition.startswith("relearn") else "quantisation"
+
+
+def asked_otherwise(forget: Sequence[Mapping]) -> list[dict]:
+    """The forget items asked by their paraphrased questions (the answers unchanged), in order."""
+    from lit_unlearn.core.errors import UserError
+
+    lacking = sum(1 for r in forget if not r.get("paraphrased_question"))
+    if lacking:
+        raise UserError(f"the paraphrase condition asks each forget item by its `paraphrased_question`; {lacking} of "
+                        f"{len(forget)} forget items have none (TOFU's forget*_perturbed splits have it): add the "
+                        "column, or set paraphrase: false")
+    return [{**r, "question": r["paraphrased_question"]} for r in forget]
 
 
 @dataclass(frozen=True)
@@ -88,10 +108,11 @@ class VerdictSpec:
     learned_folds: int = 5
     learned_repeats: int = 5
     self_splits: int = 8                # random halvings of the holdout authors for a model's own null
+    paraphrase: bool = False            # the fourth part; needs calibrated margins for it (see the module's doc)
 
     def conditions(self) -> list[str]:
         return ["none", *(relearn_condition(lr, s) for lr in self.relearn_lrs for s in sorted(self.relearn_steps)),
-                quant_condition(self.quant_bits)]
+                quant_condition(self.quant_bits), *([PARAPHRASE] if self.paraphrase else [])]
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -451,9 +472,12 @@ Scorer = Callable[[Any, list[dict], list[dict]], Mapping[str, Sequence[float]]]
 
 @dataclass
 class Scored:
-    """One condition's scorer output and the forget items (indices into the half's forget items) it scored."""
+    """One condition's scorer output and the forget items (indices into the half's forget items) it scored; `base`:
+    the base model's scores of the same rows where the condition asks them otherwise than the half does (the
+    paraphrase), so that relative scores subtract the base's score of the same question."""
     mia: Mapping[str, Sequence[float]]
     forget_idx: list[int]
+    base: Mapping[str, Sequence[float]] | None = None
 
 
 def score_conditions(network, half: HalfItems, scorer: Scorer, spec: VerdictSpec, relearn: Callable | None = None,
@@ -472,6 +496,8 @@ def score_conditions(network, half: HalfItems, scorer: Scorer, spec: VerdictSpec
     everything = list(range(len(half.forget)))
     if "none" in conditions:
         out["none"] = Scored(scorer(network, half.forget, half.holdout), everything)
+    if PARAPHRASE in conditions:
+        out[PARAPHRASE] = Scored(scorer(network, asked_otherwise(half.forget), half.holdout), everything)
     quant = [c for c in conditions if part_of(c) == "quantisation"]
     if quant:
         quantized = copy.deepcopy(network)
@@ -515,10 +541,14 @@ def judge(scored: Mapping[str, Scored], half: HalfItems, attacks: Sequence[str],
                "holdout": pick_scores(s.mia, None, "holdout", names)}
         rel = None
         if base_scores is not None:
-            base_f = pick_scores(base_scores, None, "forget", names, s.forget_idx)
+            if condition == PARAPHRASE and s.base is None:
+                raise ValueError("relative scores of the paraphrase need the base model's scores of the same "
+                                 "questions (Scored.base)")
+            base = s.base if s.base is not None else base_scores
+            base_f = pick_scores(base, None, "forget", names, None if s.base is not None else s.forget_idx)
             rel = {"forget": {k: [a - b for a, b in zip(v, base_f[k])] for k, v in raw["forget"].items()
                               if k in base_f},
-                   "holdout": pick_scores(s.mia, base_scores, "holdout", names)}
+                   "holdout": pick_scores(s.mia, base, "holdout", names)}
         modes = dict(modes_for(condition)) if modes_for is not None else {}
         default = "relative" if rel is not None else "raw"
 

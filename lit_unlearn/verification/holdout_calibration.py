@@ -67,9 +67,10 @@ def calibrated_margins(level: str | None, mode: str = "relative", condition: str
                         "benchmarks/verification/calibrate_holdout_delta.py")
     key = margin_key(condition)
     if mode not in table[level] or key not in table[level][mode]:
+        script = "calibrate_paraphrase.py" if key == "paraphrase" else "calibrate_holdout_delta.py"
         raise UserError(f"no calibrated margins for forget{level}, {mode} scoring, condition {condition!r} "
                         f"(calibrated: {sorted(table[level].get(mode, {}))}): calibrate it with "
-                        "benchmarks/verification/calibrate_holdout_delta.py")
+                        f"benchmarks/verification/{script}, or leave that condition out")
     margins = table[level][mode][key]
     lacking = sorted(set(attacks or ()) - set(margins))
     if lacking:

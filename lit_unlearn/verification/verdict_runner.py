@@ -12,10 +12,12 @@ from lit_unlearn.core.errors import UserError
 from lit_unlearn.metrics.membership_attacks import ATTACKS
 from lit_unlearn.verification.full_verdict import (
     MODES,
+    PARAPHRASE,
     FullVerdict,
     HalfItems,
     Scored,
     VerdictSpec,
+    asked_otherwise,
     judge,
     score_conditions,
 )
@@ -156,13 +158,27 @@ class VerdictRunner:
                      lambda c: self.margins_for(c), self.spec, base, reads, label,
                      self.modes_for, power=False).verdicts["none"]
 
+    def base_paraphrase_scores(self, half: str):
+        """The base model's scores of the half's forget items asked by their paraphrased questions (computed once),
+        or None in raw mode."""
+        if self.mode == "raw":
+            return None
+        key = f"{half}/{PARAPHRASE}"
+        if key not in self._base_scores:
+            items = self.items[half]
+            self._base_scores[key] = self.scorer(self._base_network(), asked_otherwise(items.forget), items.holdout)
+        return self._base_scores[key]
+
     def score(self, network, half: str, conditions: Sequence[str] | None = None) -> dict[str, Scored]:
         was_training = network.training
         network.eval()
         try:
-            return score_conditions(network, self.items[half], self.scorer, self.spec, self.relearn, conditions)
+            scored = score_conditions(network, self.items[half], self.scorer, self.spec, self.relearn, conditions)
         finally:
             network.train(was_training)
+        if PARAPHRASE in scored:
+            scored[PARAPHRASE].base = self.base_paraphrase_scores(half)
+        return scored
 
     # ----- deciding ------------------------------------------------------------------------------------------------
     def margins_for(self, condition: str, mode: str | None = None):
