@@ -60,6 +60,17 @@ def test_packaged_bench_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
     bad.write_text("methods: {GA: {class_path: lit_unlearn.modules.GAModule}}\nforget_levels: ['20']\n")
     with pytest.raises(UserError, match="forget_levels"):
         load_bench_spec(bad)
+    # the paraphrase part refuses before any run: without the full verdict, or without its calibrated margins
+    bad.write_text("methods: {GA: {class_path: lit_unlearn.modules.GAModule}}\nparaphrase: true\n")
+    with pytest.raises(UserError, match="set audit: true"):
+        run_bench(load_bench_spec(bad), tmp_path / "never", log=lambda *a: None)
+    from lit_unlearn.verification.holdout_calibration import calibration
+
+    if "paraphrase" not in calibration()["margins"]["01"]["best"]:
+        bad.write_text("methods: {GA: {class_path: lit_unlearn.modules.GAModule}}\nparaphrase: true\naudit: true\n")
+        with pytest.raises(UserError, match="calibrate_paraphrase.py"):
+            run_bench(load_bench_spec(bad), tmp_path / "never", log=lambda *a: None)
+    assert not (tmp_path / "never").exists()
 
 
 def test_select_point_is_the_smallest_steering_band_ratio_above_the_utility_floor():

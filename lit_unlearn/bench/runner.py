@@ -114,6 +114,14 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
               log: Callable[[str], None] = print) -> Path:
     from lit_unlearn.bench.results import write_outputs
 
+    if spec.paraphrase:  # fail before any run, not at the first verdict after hours of training
+        if not spec.audit or spec.benchmark != "tofu":
+            raise UserError("bench: paraphrase: true is a part of the full verdict on TOFU: set audit: true "
+                            "(benchmark: tofu)")
+        from lit_unlearn.verification.holdout_calibration import calibrated_margins
+
+        for level in spec.forget_levels:
+            calibrated_margins(level, "best", "paraphrase")
     out = Path(out or spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     bench = get_benchmark(spec.benchmark)
