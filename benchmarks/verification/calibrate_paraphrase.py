@@ -15,8 +15,8 @@ base model's score of the same paraphrased question. The paraphrased questions s
 any model (the holdout items have no paraphrases in TOFU), which is why the margins of the model as it is do not
 serve: the table shows how often they fail never-trained models here.
 
-A case is one model of one world and level, scored as it is with the original and with the paraphrased questions
-(both halves, both modes), cached in the world's verdict_cases/ as paraphrase_{model}_{level}.json. `--store` puts the
+A case is one model of one world and level, scored as it is with the paraphrased questions (both halves, both
+modes), cached in the world's verdict_cases/ as paraphrase_{model}_{level}.json. `--store` puts the
 margins into lit_unlearn/verification/holdout_delta.json (margins[level][mode]["paraphrase"], and a "paraphrase" entry
 with the rule, seeds and rates); only then can the verdict's `paraphrase` option run with calibrated margins. The
 other conditions' cases are not rescored here: a full verdict with the fourth part fails a never-trained model at
@@ -47,7 +47,7 @@ from verification.calibrate_holdout_delta import (  # noqa: E402
 )
 
 KIND = "paraphrase"
-CONDITIONS = ["none", "paraphrase"]
+CONDITIONS = ["paraphrase"]
 RULE = ("per level, scoring mode and attack: the largest reach from 0.5 of the retain-only models' intervals under "
         "the paraphrased questions (pooled, and per author) over calibration worlds x halves, times the smallest "
         "inflation on a grid of 0.05 at which each calibration world, judged with the margins of the others, passes "
@@ -75,11 +75,9 @@ def level_report(cal: list[dict], tst: dict[str, list[dict]], packaged: dict | N
              for m in MODELS}
     out = {"margins": {mode: {"paraphrase": margins[mode]["paraphrase"]} for mode in margins},
            "inflation": {"chosen": inflation, "leave_one_out": curve}, "rates": rates}
-    if packaged is not None:  # the margins of the model as it is, on the same cases: before, and under paraphrase
-        asked = {"none": lambda cases: only(cases, "none"),
-                 "paraphrase": lambda cases: only(as_paraphrase(cases), "none")}
-        out["with_none_margins"] = {f"{m}/{c}": pass_rates(pick(tst[m]), "best", packaged, packaged)["before"]
-                                    for m in MODELS for c, pick in asked.items()}
+    if packaged is not None:  # the packaged margins of the model as it is, on the same cases (the audit's probe)
+        out["with_none_margins"] = {m: pass_rates(as_paraphrase(tst[m]), "best", packaged, packaged)["before"]
+                                    for m in MODELS}
     first = tst["retain_only"][0]["halves"]["reporting"]
     attacks = list(first["conditions"]["paraphrase"]["relative"]["pooled"])
     out["power"] = power_table(only(cal, "paraphrase"), margins, first["forget_groups"], first["holdout_groups"],
@@ -106,11 +104,8 @@ def tables(level: str, r: dict, packaged: dict | None) -> list[str]:
               "|---|---|"] + [f"| {mdl} | {fmt(x)} |" for mdl, x in r["rates"].items()]
     if "with_none_margins" in r:
         lines += ["", "The same cases judged with the packaged margins of the model as it is (what the audit's probe "
-                  "did): the original questions (the before part, rescored here), and the paraphrased ones:", "",
-                  "| model | original questions | paraphrased questions |", "|---|---|---|"]
-        for mdl in MODELS:
-            w = r["with_none_margins"]
-            lines.append(f"| {mdl} | {fmt(w[f'{mdl}/none'])} | {fmt(w[f'{mdl}/paraphrase'])} |")
+                  "did):", "", "| model | paraphrase, with the margins of condition none |", "|---|---|"]
+        lines += [f"| {mdl} | {fmt(x)} |" for mdl, x in r["with_none_margins"].items()]
     lines += ["", "Power of the paraphrase part (its margins, the reporting half's items and authors): the smallest "
               "true AUC one attack's check fails in ≥ 80 % of simulated data sets, and its pass rate at AUC 0.5.", "",
               "| attack | scoring | author share of variance | AUC failing ≥ 80 % | passes at 0.5 |",
