@@ -279,16 +279,22 @@ def power_table(cases: list[dict], margins: dict, fg: list, hg: list, attacks: l
     return out
 
 
-def main() -> None:
-    ap = options(__doc__, write=False)
+def calibration_options(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options every calibration on the TOFU worlds shares: where the worlds are, which seeds calibrate and
+    which test, the levels, processes side by side, power simulations, and one case to score (internal)."""
     ap.add_argument("--worlds", default="runs/tofu/worlds")
     ap.add_argument("--calibration-seeds", default=",".join(str(s) for s in range(100, 116)))
     ap.add_argument("--test-seeds", default="0,1,2,3,4,5")
     ap.add_argument("--levels", default="01,05,10")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--sims", type=int, default=100, help="simulated data sets per power evaluation")
-    ap.add_argument("--write", action="store_true")
     ap.add_argument("--case", nargs=4, metavar=("WORLDS", "SEED", "LEVEL", "MODEL"), help=argparse.SUPPRESS)
+    return ap
+
+
+def main() -> None:
+    ap = calibration_options(options(__doc__, write=False))
+    ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     if args.case:
         worlds, seed, level, model = args.case

@@ -25,7 +25,6 @@ most as often as the other parts do plus this part's rate (a union bound).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -38,6 +37,7 @@ from report import command, options, publish  # benchmarks/report.py  # noqa: E4
 from verification.calibrate_holdout_delta import (  # noqa: E402
     MODELS,
     build,
+    calibration_options,
     inflation_for,
     load_case,
     margins_from,
@@ -129,15 +129,8 @@ def store(result: dict, path: Path) -> None:
 
 
 def main() -> None:
-    ap = options(__doc__)
-    ap.add_argument("--worlds", default="runs/tofu/worlds")
-    ap.add_argument("--calibration-seeds", default=",".join(str(s) for s in range(100, 116)))
-    ap.add_argument("--test-seeds", default="0,1,2,3,4,5")
-    ap.add_argument("--levels", default="01,05,10")
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--sims", type=int, default=100, help="simulated data sets per power evaluation")
+    ap = calibration_options(options(__doc__))
     ap.add_argument("--store", action="store_true", help="merge the margins into the packaged calibration")
-    ap.add_argument("--case", nargs=4, metavar=("WORLDS", "SEED", "LEVEL", "MODEL"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.case:
         worlds, seed, level, model = args.case
