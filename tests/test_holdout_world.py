@@ -126,6 +126,32 @@ def test_the_relearning_probe_never_trains_on_an_item_it_measures(tofu_world, ru
     assert authors[0].isdisjoint(authors[1])
 
 
+def test_the_paraphrase_part_scores_model_and_base_on_the_paraphrased_questions(tofu_world):
+    """On the world's models: the fourth part's relative forget scores are the model's minus the base's, both asked
+    the paraphrased questions; the holdout side is the model as it is; the target is told apart as it is."""
+    from lit_unlearn.data import TofuSource
+    from lit_unlearn.data.tokenizer import load_tokenizer
+    from lit_unlearn.models import CausalLM
+    from lit_unlearn.verification.full_verdict import VerdictSpec, asked_otherwise
+    from lit_unlearn.verification.verdict_runner import VerdictRunner
+
+    splits = TofuSource(str(tofu_world.data), "01").eval_splits()
+    runner = VerdictRunner(load_tokenizer(str(tofu_world.tokenizer)), splits["forget"], splits["holdout"], "01",
+                           VerdictSpec(paraphrase=True), mode="relative", base=str(tofu_world.base),
+                           margins=(0.5, 0.5), attacks=["loss", "zlib"])
+    target = CausalLM(name_or_path=str(tofu_world.target)).eval()
+    verdict = runner.verdict(target, "steering", conditions=["none", "paraphrase"], power=False)
+    items = runner.items["steering"]
+    asked = asked_otherwise(items.forget)
+    mine, base = (runner.scorer(m, asked, items.holdout) for m in (target, runner.base))
+    judged = verdict.judged["paraphrase"]
+    assert judged["forget"]["loss"] == pytest.approx([a - b for a, b in zip(mine["forget_loss"], base["forget_loss"])])
+    original = runner.base_scores("steering")["forget_loss"]
+    assert max(abs(a - b) for a, b in zip(original, base["forget_loss"])) > 0.05  # another question, another score
+    assert judged["holdout"]["loss"] == pytest.approx(verdict.judged["none"]["holdout"]["loss"])
+    assert verdict.part("paraphrase")["auc"] < 0.1 or verdict.part("paraphrase")["auc"] > 0.9  # the target recalls
+
+
 class _Reads:
     """Which item rows were read, and whether a stop rule or controller decision was under way at the time."""
 
