@@ -99,8 +99,9 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
             steer_on: what a stop rule's look reads on the steering half: "none" (the model as it is) or "full"
                 (relearning and 4-bit too).
             final_verdict: "full" (before any attack, relearning, 4-bit) or "none" (the model as it is only).
-            spec: VerdictSpec fields (relearning rates and steps, quantisation, `paraphrase: true` for the fourth
-                part) to change; the calibrated margins hold only for the defaults.
+            spec: VerdictSpec fields (relearning rates and steps, quantisation, `paraphrase` true or false for the
+                fourth part; by default it runs where it can) to change; the calibrated margins hold only for the
+                defaults.
             when_missing: "error" (no holdout data is a one-line error) or "skip" (the run goes on, and says what it
                 could not check and how to supply it: the user's own job, where holdout data is optional).
         """
@@ -442,7 +443,7 @@ class HoldoutVerification(Callback, MetricSource, HoldoutLossSource, HoldoutProf
         return {"level": self.level, "margins_from": margins_origin(self._source, self.runner),
                 "next_steps": next_steps(self.after), "delta": self.delta, "delta_author": self.delta_author, "alpha": self.alpha,
                 "attacks": self.runner.attacks, "mode": self.runner.mode, "margins": _margins_label(self.runner),
-                "reference_model": self.reference_model, "spec": self.spec.as_dict(), "steer_on": self.steer_on,
+                "reference_model": self.reference_model, "spec": self.runner.spec.as_dict(), "steer_on": self.steer_on,
                 "looks": self.looks, "utility_looks": self.utility_looks, "look_seconds": self.look_seconds,
                 "split": {side: h.as_dict() for side, h in self.halves.items()},
                 "before": self.before, "after": self.after, "last_steering_look": self.last,

@@ -232,7 +232,7 @@ def test_the_paraphrase_condition_asks_the_forget_items_otherwise_and_subtracts_
 
     spec = VerdictSpec(n_boot=300, paraphrase=True)
     assert spec.conditions()[-1] == PARAPHRASE and part_of(PARAPHRASE) == "paraphrase"
-    assert PARAPHRASE not in VerdictSpec().conditions()  # off until calibrated
+    assert PARAPHRASE not in VerdictSpec().conditions()  # undecided until a runner sees the data and margins
     scored = score_conditions(0.0, half, scorer, spec, conditions=["none", PARAPHRASE])
     assert asked == [[r["question"] for r in forget], [r["paraphrased_question"] for r in forget]]
     margins = ({a: 0.4 for a in names}, {a: 0.45 for a in names})
@@ -272,3 +272,25 @@ def test_the_paraphrase_part_needs_its_own_calibrated_margins_and_says_how_to_ma
         return
     with pytest.raises(UserError, match="calibrate_paraphrase.py, or leave that condition out"):
         calibrated_margins("01", "best", "paraphrase")
+
+
+def test_by_default_the_paraphrase_part_runs_where_the_items_have_paraphrases_and_calibrated_margins_include_it(
+        monkeypatch):
+    from lit_unlearn.verification import holdout_calibration
+    from lit_unlearn.verification.verdict_runner import resolve_paraphrase
+
+    asked = [{"question": "q", "paraphrased_question": "p", "answer": "a"}] * 3
+    plain = [{"question": "q", "answer": "a"}] * 3
+    stored = {"margins": {"01": {"best": {"none": {}, "paraphrase": {}}}, "05": {"best": {"none": {}}}}}
+    monkeypatch.setattr(holdout_calibration, "calibration", lambda: stored)
+    spec, note = resolve_paraphrase(VerdictSpec(), asked, "01", "calibrated")
+    assert spec.paraphrase is True and note == "" and spec.conditions()[-1] == "paraphrase"
+    for rows, level, margins, why in ((plain, "01", "calibrated", "no `paraphrased_question`"),
+                                      (asked, "05", "calibrated", "no calibrated margins for it at forget05"),
+                                      (asked, "01", "self", "not the calibrated ones"),
+                                      (asked, "01", (0.3, 0.45), "not the calibrated ones")):
+        spec, note = resolve_paraphrase(VerdictSpec(), rows, level, margins)
+        assert spec.paraphrase is False and "paraphrase" not in spec.conditions() and why in note, note
+    spec, note = resolve_paraphrase(VerdictSpec(paraphrase=True), plain, "05", "self")  # asked for: kept, and
+    assert spec.paraphrase is True  # the runner's margins or scoring then say what is missing
+    assert resolve_paraphrase(VerdictSpec(paraphrase=False), asked, "01", "calibrated")[0].paraphrase is False

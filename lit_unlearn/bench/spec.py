@@ -62,7 +62,7 @@ class BenchSpec:
     steps: int = 40
     epochs: float | None = None         # the budget in epochs over each level's forget set (wins over steps)
     audit: bool = False                 # the full verdict on every test run (TOFU): relearning, 4-bit, all attacks
-    paraphrase: bool = False            # ... and its fourth part, the paraphrased questions (needs its margins)
+    paraphrase: bool | None = None      # its fourth part, the paraphrased questions (None: where calibrated)
     batch_size: int = 32
     max_new_tokens: int | None = None   # None: enough for ≥ 95 % of each split's reference answers
     validation_level: str = "all"   # a forget level, or "all" (the grid chosen at every level on its own)

@@ -9,8 +9,8 @@ Three parts, each the equivalence test of lit_unlearn.verification.holdout_equiv
 - quantisation: round-to-nearest weights at `quant_bits` bits (lit_unlearn.algorithms.quantize);
 and a fourth where `paraphrase` is on: the model as it is, its forget items asked by their paraphrased questions
 (TOFU's `paraphrased_question`; the holdout items as they are), the standard probe of whether an answer comes back
-when the question is asked another way. It is off by default until its margins are calibrated
-(benchmarks/verification/calibrate_paraphrase.py).
+when the question is asked another way. By default it runs where every forget item has a paraphrased question and
+the calibrated margins include it (benchmarks/verification/calibrate_paraphrase.py stores them).
 Every condition has its own margins, calibrated on models that never saw the forget authors under that same
 condition (a never-trained model also learns a little from relearning on a neighbour), per attack.
 
@@ -108,11 +108,13 @@ class VerdictSpec:
     learned_folds: int = 5
     learned_repeats: int = 5
     self_splits: int = 8                # random halvings of the holdout authors for a model's own null
-    paraphrase: bool = False            # the fourth part; needs calibrated margins for it (see the module's doc)
+    # the fourth part: True, False, or None (auto: where every forget item has a paraphrased question and the
+    # margins are calibrated ones that include it; VerdictRunner decides, and says why where it is off)
+    paraphrase: bool | None = None
 
     def conditions(self) -> list[str]:
         return ["none", *(relearn_condition(lr, s) for lr in self.relearn_lrs for s in sorted(self.relearn_steps)),
-                quant_condition(self.quant_bits), *([PARAPHRASE] if self.paraphrase else [])]
+                quant_condition(self.quant_bits), *([PARAPHRASE] if self.paraphrase else [])]  # None: not decided
 
     def as_dict(self) -> dict:
         return asdict(self)

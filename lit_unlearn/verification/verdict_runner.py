@@ -22,7 +22,7 @@ from lit_unlearn.verification.full_verdict import (
     score_conditions,
 )
 
-__all__ = ["VerdictRunner", "DEFAULT_ATTACKS", "make_half"]
+__all__ = ["VerdictRunner", "DEFAULT_ATTACKS", "make_half", "resolve_paraphrase"]
 
 DEFAULT_ATTACKS = tuple(ATTACKS)
 
@@ -38,6 +38,26 @@ def make_half(forget: list[dict], holdout: list[dict], forget_groups: list, hold
     relearn, measured = relearn_split(fg, share)
     return HalfItems([forget[i] for i in f_idx], [holdout[i] for i in h_idx], fg,
                      [holdout_groups[i] for i in h_idx], relearn, measured)
+
+
+def resolve_paraphrase(spec: VerdictSpec, forget: list[dict], level: str | None, margins) -> tuple[VerdictSpec, str]:
+    """The spec with `paraphrase` decided (None: on where every forget item has a paraphrased question and the
+    margins are calibrated ones that include it), and a line saying why the part does not run where it does not."""
+    from dataclasses import replace
+
+    if spec.paraphrase is not None:
+        return spec, "" if spec.paraphrase else "paraphrase: not asked for (spec paraphrase: false)"
+    if not all(r.get("paraphrased_question") for r in forget):
+        why = "the forget items have no `paraphrased_question`; add that column to run it"
+    elif margins != "calibrated":
+        why = "the margins are not the calibrated ones, which alone hold a reworded question's shift"
+    else:
+        from lit_unlearn.verification.holdout_calibration import calibration, margin_key
+
+        known = calibration().get("margins", {}).get(level, {}).get("best", {})
+        why = "" if margin_key(PARAPHRASE) in known else (
+            f"no calibrated margins for it at forget{level} (benchmarks/verification/calibrate_paraphrase.py)")
+    return replace(spec, paraphrase=not why), why and f"paraphrase: not run: {why}"
 
 
 class VerdictRunner:
@@ -70,8 +90,8 @@ class VerdictRunner:
         if not gradnorm and "gradnorm" in self.attacks:
             self.attacks.remove("gradnorm")
         self.tokenizer, self.level, self.mode, self.base = tokenizer, level, mode, base
-        self.spec = spec or VerdictSpec()
         self.margins = margins
+        self.spec, self.paraphrase_note = resolve_paraphrase(spec or VerdictSpec(), forget, level, margins)
         self.template, self.max_length, self.batch_size = template, max_length, batch_size
         self.mia_convention, self.input_format, self.gradnorm, self.device = (mia_convention, input_format, gradnorm,
                                                                               device)
@@ -208,9 +228,12 @@ class VerdictRunner:
               power: bool = True) -> FullVerdict:
         mode = mode or self.mode
         label = self.margins if isinstance(self.margins, str) else "given"
-        return judge(scored, self.items[half], self.attacks, lambda c: self.margins_for(c, mode), self.spec,
-                     self.base_scores(half) if mode != "raw" else None, reads, label,
-                     lambda c: self.modes_for(c, mode), power)
+        verdict = judge(scored, self.items[half], self.attacks, lambda c: self.margins_for(c, mode), self.spec,
+                        self.base_scores(half) if mode != "raw" else None, reads, label,
+                        lambda c: self.modes_for(c, mode), power)
+        if self.paraphrase_note and len(scored) > 1:  # a full verdict: say why its fourth part did not run
+            verdict.notes.append(self.paraphrase_note)
+        return verdict
 
     def verdict(self, network, half: str = "reporting", conditions: Sequence[str] | None = None,
                 reads=frozenset(), log=None, power: bool = True) -> FullVerdict:
