@@ -38,7 +38,8 @@ def test_tofu_demo_end_to_end_gives_the_full_verdict_on_the_half_no_decision_rea
     assert not before["passed"] and before["band_ratio"] > 1.4  # the target: every attack near AUC 1
     full, spec = after["full"], result["spec"]
     assert set(full["judged"]) == {"none", "int4"} | {f"relearn lr={lr:g} steps={s}" for lr in spec["relearn_lrs"]
-                                                      for s in spec["relearn_steps"]}
+                                                      for s in spec["relearn_steps"]} | (
+        {"paraphrase"} if spec["paraphrase"] else set())  # the runner's decision: TOFU has paraphrases
     ratios = {}
     for condition, judged in full["judged"].items():
         saved = full["conditions"][condition]
