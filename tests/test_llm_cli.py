@@ -39,7 +39,10 @@ def test_tofu_demo_end_to_end_gives_the_full_verdict_on_the_half_no_decision_rea
     full, spec = after["full"], result["spec"]
     assert set(full["judged"]) == {"none", "int4"} | {f"relearn lr={lr:g} steps={s}" for lr in spec["relearn_lrs"]
                                                       for s in spec["relearn_steps"]} | (
-        {"paraphrase"} if spec["paraphrase"] else set())  # the runner's decision: TOFU has paraphrases
+        {"paraphrase"} if spec["paraphrase"] else set())
+    from lit_unlearn.verification.holdout_calibration import calibration
+
+    assert spec["paraphrase"] == ("paraphrase" in calibration()["margins"]["01"]["best"])  # TOFU has paraphrases
     ratios = {}
     for condition, judged in full["judged"].items():
         saved = full["conditions"][condition]
