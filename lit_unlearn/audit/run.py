@@ -4,8 +4,9 @@
 Each subject gets the full reference-free verdict on the reporting half of the forget and holdout items
 (lit_unlearn.verification.full_verdict): before any attack, after relearning on some forget authors (the others
 measured, never trained on) at every learning rate and step count, and at 4 bits, every attack with its own
-calibrated margin; the verdict names the attack that recovers the forget set. Beside it, a probe the verdict does
-not count: the forget items asked with TOFU's paraphrased questions. The model is "robust" when its full verdict
+calibrated margin; the verdict names the attack that recovers the forget set. The forget items asked with TOFU's
+paraphrased questions are the verdict's fourth part where its margins are calibrated, and elsewhere a probe beside
+it that the verdict does not count. The model is "robust" when its full verdict
 passes: the margins are already calibrated on never-trained models under each attack, so no other bound applies.
 """
 
@@ -108,7 +109,7 @@ def run_audit(subjects: dict, tokenizer, source, spec: AuditSpec, out: str | Pat
                            template=template, device=device)
     items = runner.items["reporting"]
     paraphrased = None
-    if spec.paraphrase:
+    if spec.paraphrase and not runner.spec.paraphrase:  # where the verdict has the part, it is counted there
         from lit_unlearn.verification.full_verdict import asked_otherwise
 
         paraphrased = asked_otherwise(items.forget)

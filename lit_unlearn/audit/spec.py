@@ -23,7 +23,8 @@ class AuditSpec:
     # Round-to-nearest, group-wise weight quantisation (Zhang et al. 2025).
     quant_bits: int = 4
     quant_group_size: int = 128
-    # TOFU's paraphrased questions (a probe beside the verdict, judged with the margins of the model as it is).
+    # TOFU's paraphrased questions: the verdict's fourth part where its margins are calibrated; elsewhere a probe
+    # beside the verdict, judged with the margins of the model as it is and not counted.
     paraphrase: bool = True
     # The verdict's settings. delta None: the calibrated margins of the level, condition and attack; "self": the
     # model's own holdout items.
@@ -51,7 +52,7 @@ class AuditSpec:
         return VerdictSpec(relearn_lrs=tuple(self.relearn_lrs), relearn_steps=tuple(self.relearn_steps),
                            relearn_batch_size=self.relearn_batch_size, relearn_share=self.relearn_share,
                            quant_bits=self.quant_bits, quant_group_size=self.quant_group_size, alpha=self.alpha,
-                           n_boot=self.n_boot, seed=self.seed)
+                           n_boot=self.n_boot, seed=self.seed, paraphrase=None if self.paraphrase else False)
 
     def margins(self):
         if self.delta == "self":
