@@ -64,5 +64,11 @@ def test_the_attack_never_trains_on_what_it_measures_and_asks_toFUs_paraphrases(
     assert relearn_scored and trained and all(not trained & set(qs) for qs in relearn_scored)
     paraphrased = {r["paraphrased_question"] for r in rows}
     probes = [qs for qs in scored if set(qs) <= paraphrased]
-    assert len(probes) == 2 * len(report.results)  # each subject's probe, and the base model on the same rows
+    counted = all("paraphrase" in r["verdict"]["conditions"] for r in report.results.values())
+    from lit_unlearn.verification.holdout_calibration import calibration
+
+    assert counted == ("paraphrase" in calibration()["margins"][report.level]["best"])  # the verdict's part there
+    # each subject asked once; the base model on the same rows once (the verdict's runner keeps it), or per subject
+    # beside the uncounted probe
+    assert len(probes) == (len(report.results) + 1 if counted else 2 * len(report.results))
     assert all(not set(qs) & {r["question"] for r in rows} for qs in probes)
