@@ -252,8 +252,8 @@ class TofuBenchmark(_Benchmark):
         return {**out, **verification_columns(self.runner(world, level, spec), report.per_item["mia"], reads)}
 
     def audit(self, world: World, level: str, network, spec, out: Path, reads=frozenset()) -> dict:
-        """The full verdict on the reporting half: before any attack, after relearning, at 4 bits (and the paraphrased
-    questions where the spec asks for them)."""
+        """The full verdict on the reporting half: before any attack, after relearning, at 4 bits, and asked by the
+        paraphrased questions where the verdict runs that part."""
         verdict = self.runner(world, level, spec).verdict(network, "reporting", reads=reads)
         out.mkdir(parents=True, exist_ok=True)
         (out / "verdict.json").write_text(json.dumps(verdict.as_dict(), indent=1, default=float))
