@@ -398,12 +398,18 @@ def _level_tables(level: str, margins: dict, rates: dict, power: dict, attacks: 
     lines += ["", "Power (the verdict's scoring and margins, the model as it is, the reporting half's items and "
               "authors): the smallest true AUC at which the verdict of that attack alone fails in ≥ 80 % of simulated "
               "data sets (author effects of the share of variance the calibration models show), and its pass rate at "
-              "AUC 0.5.", "", "| attack | scoring | author share of variance | AUC failing ≥ 80 % | passes at 0.5 |",
-              "|---|---|---|---|---|"]
+              "AUC 0.5.", ""]
+    return lines + power_rows(power) + [""]
+
+
+def power_rows(power: dict) -> list[str]:
+    """The power table (power_table's output): per attack its scoring, author share, detectable AUC, null pass."""
+    lines = ["| attack | scoring | author share of variance | AUC failing ≥ 80 % | passes at 0.5 |",
+             "|---|---|---|---|---|"]
     for a, p in power.items():
         auc80 = "never (< 80 % even at 1.0)" if p["auc_80"] is None else f"{p['auc_80']:.2f}"
         lines.append(f"| {a} | {p['mode']} | {p['author_share']:.2f} | {auc80} | {p['null_pass']:.2f} |")
-    return lines + [""]
+    return lines
 
 
 if __name__ == "__main__":

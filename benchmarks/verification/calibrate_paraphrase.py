@@ -42,6 +42,7 @@ from verification.calibrate_holdout_delta import (  # noqa: E402
     load_case,
     margins_from,
     pass_rates,
+    power_rows,
     power_table,
     score_case,
 )
@@ -69,8 +70,9 @@ def as_paraphrase(cases: list[dict]) -> list[dict]:
 
 def level_report(cal: list[dict], tst: dict[str, list[dict]], packaged: dict | None, sims: int) -> dict:
     """Margins, the inflation's curve, pass rates on the test worlds and power, for one level."""
-    inflation, curve = inflation_for(only(cal, "paraphrase"), "")
-    margins = margins_from(only(cal, "paraphrase"), "", inflation)
+    cal = only(cal, "paraphrase")
+    inflation, curve = inflation_for(cal, "")
+    margins = margins_from(cal, "", inflation)
     rates = {m: pass_rates(only(tst[m], "paraphrase"), "best", margins["best"], margins["best"])["paraphrase"]
              for m in MODELS}
     out = {"margins": {mode: {"paraphrase": margins[mode]["paraphrase"]} for mode in margins},
@@ -80,7 +82,7 @@ def level_report(cal: list[dict], tst: dict[str, list[dict]], packaged: dict | N
                                     for m in MODELS}
     first = tst["retain_only"][0]["halves"]["reporting"]
     attacks = list(first["conditions"]["paraphrase"]["relative"]["pooled"])
-    out["power"] = power_table(only(cal, "paraphrase"), margins, first["forget_groups"], first["holdout_groups"],
+    out["power"] = power_table(cal, margins, first["forget_groups"], first["holdout_groups"],
                                attacks, sims, condition="paraphrase")
     return out
 
@@ -107,13 +109,8 @@ def tables(level: str, r: dict, packaged: dict | None) -> list[str]:
                   "did):", "", "| model | paraphrase, with the margins of condition none |", "|---|---|"]
         lines += [f"| {mdl} | {fmt(x)} |" for mdl, x in r["with_none_margins"].items()]
     lines += ["", "Power of the paraphrase part (its margins, the reporting half's items and authors): the smallest "
-              "true AUC one attack's check fails in ≥ 80 % of simulated data sets, and its pass rate at AUC 0.5.", "",
-              "| attack | scoring | author share of variance | AUC failing ≥ 80 % | passes at 0.5 |",
-              "|---|---|---|---|---|"]
-    for a, p in r["power"].items():
-        auc80 = "never (< 80 % even at 1.0)" if p["auc_80"] is None else f"{p['auc_80']:.2f}"
-        lines.append(f"| {a} | {p['mode']} | {p['author_share']:.2f} | {auc80} | {p['null_pass']:.2f} |")
-    return lines + [""]
+              "true AUC one attack's check fails in ≥ 80 % of simulated data sets, and its pass rate at AUC 0.5.", ""]
+    return lines + power_rows(r["power"]) + [""]
 
 
 def store(result: dict, path: Path) -> None:
