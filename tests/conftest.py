@@ -25,7 +25,8 @@ def shared_folder(tmp_path_factory, name):
 
 
 # The TOFU world the tests share, cached across sessions under a folder keyed by its recipe, seed, release and the
-# source that builds it (lit_unlearn.worlds.tofu_world.world_folder): a changed builder makes a new world.
+# source that builds it (lit_unlearn.worlds.tofu_world.world_folder): a changed builder makes a new world. A prebuilt
+# copy ships in tests/data/tofu_world (tests/shipped_world.py) and fills an empty cache in seconds.
 WORLDS = Path(os.environ.get("LIT_UNLEARN_TEST_WORLDS", Path.home() / ".cache" / "lit-unlearn" / "worlds"))
 WORLD_LEVELS = ("01",)
 
@@ -53,7 +54,8 @@ def pytest_unconfigure(config):
 # The longest files first, so that what is left at the end of a run is short and the two workers finish together
 # (seconds each took in the README's command; every other file takes under 20). xdist's default order is by the
 # number of tests in a file, which put a 33-second one-test file last. The first three do not read the TOFU world,
-# which is built beside them from an empty cache: about 4 minutes of work before the first test that needs it.
+# which is built beside them where the shipped copy is not the current builder's: about 4 minutes of work before the
+# first test that needs it.
 LONGEST_FIRST = ("test_own_job.py", "test_deepspeed.py", "test_cli_and_resume.py", "test_cluster.py",
                  "test_llm_cli.py", "test_holdout_world.py", "test_tofu_world.py", "test_tofu_eval_units.py",
                  "test_preempted_resume.py", "test_distributed_shutdown.py", "test_gpu_check.py")
@@ -75,20 +77,21 @@ def _is_controller(config) -> bool:
 
 
 def _start_world_build():
-    """Build (or find) the shared world in a process of its own, one thread, while the workers run the files that do
-    not read it (LONGEST_FIRST puts them first). A test that needs the world waits on the world's file lock; if this
-    build fails, the first such test builds it (and says why it cannot). Two threads alone used to come first, but
-    they ran it only 1.3 times faster than one: beside the tests the same cores do more."""
+    """Install (tests/shipped_world.py) or build the shared world in a process of its own, one thread, while the
+    workers run the files that do not read it (LONGEST_FIRST puts them first). A test that needs the world waits on
+    the world's file lock; if this build fails, the first such test builds it (and says why it cannot). Two threads
+    alone used to come first, but they ran it only 1.3 times faster than one: beside the tests the same cores do
+    more."""
     import subprocess
     import tempfile
     import time
 
-    code = ("import sys, time; t = time.perf_counter(); "
-            "from lit_unlearn.worlds.tofu_world import prepare_tofu_world as p; "
-            "f = p(sys.argv[1], seed=0, levels=sys.argv[2].split(','), log=lambda *a: None).folder; "
+    code = ("import sys, time; t = time.perf_counter(); sys.path.insert(0, sys.argv[3]); "
+            "from shipped_world import prepare_test_world as p; "
+            "f = p(sys.argv[1], levels=sys.argv[2].split(',')).folder; "
             "print(f, round(time.perf_counter() - t))")
     out = tempfile.TemporaryFile("w+")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(WORLDS), ",".join(WORLD_LEVELS)],
+    proc = subprocess.Popen([sys.executable, "-c", code, str(WORLDS), ",".join(WORLD_LEVELS), str(TESTS)],
                             env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
                             stdout=out, stderr=subprocess.STDOUT, text=True)
     return proc, out, time.perf_counter()
@@ -149,12 +152,13 @@ def spawn(prefork, subprocess_env, tmp_path):
 
 @pytest.fixture(scope="session")
 def tofu_world():
-    """The default TOFU world built from the real release (seed 0, forget01's retain-only model and report): built
-    beside the first test files (or here, under its file lock, in a plain run) and cached across sessions in WORLDS,
-    which is the folder `tofu-demo --worlds` reads."""
-    from lit_unlearn.worlds.tofu_world import prepare_tofu_world
+    """The default TOFU world from the real release (seed 0, forget01's retain-only model and report): the shipped
+    prebuilt copy where it is the current builder's (tests/shipped_world.py), otherwise built beside the first test
+    files (or here, under its file lock, in a plain run); cached across sessions in WORLDS, which is the folder
+    `tofu-demo --worlds` reads."""
+    from shipped_world import prepare_test_world
 
-    return prepare_tofu_world(WORLDS, seed=0, levels=WORLD_LEVELS, log=lambda *a: None)
+    return prepare_test_world(WORLDS, levels=WORLD_LEVELS)
 
 
 @pytest.fixture(scope="session")

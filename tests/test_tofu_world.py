@@ -258,3 +258,51 @@ def test_a_world_is_reused_for_the_same_recipe_and_rebuilt_for_a_changed_one(tmp
     n = len(trained)
     tw.prepare_tofu_world(tmp_path, seed=0, levels=("01",), recipe=longer, fresh=True, log=lambda *x: None)
     assert len(trained) == n + 3
+
+
+@pytest.mark.slow
+def test_a_world_is_built_for_real_from_the_release_on_a_small_recipe(tmp_path):
+    """The builder's whole path (tokenizer, the three fine-tunes through the run launcher, the retain-only model's
+    report) on a one-layer model for one epoch: the tests read a shipped copy of the default world
+    (tests/shipped_world.py), so this is where the build itself runs in the main command."""
+    from transformers import AutoModelForCausalLM
+
+    from lit_unlearn.worlds.tofu_world import REPORT_SOURCES, TofuWorldRecipe, _source_digest, prepare_tofu_world
+
+    recipe = TofuWorldRecipe(vocab_size=512, size=dict(hidden_size=32, layers=1, heads=2, kv_heads=1,
+                                                        intermediate_size=64), base_epochs=1, epochs=1,
+                             eval_max_new_tokens=8)
+    world = prepare_tofu_world(tmp_path, seed=0, levels=("01",), recipe=recipe, log=lambda *a: None)
+    weights = {name: AutoModelForCausalLM.from_pretrained(getattr(world, name) if name != "retain_only"
+                                                           else world.retain_only("01")).state_dict()
+               for name in ("base", "target", "retain_only")}
+    assert weights["base"]["model.embed_tokens.weight"].shape[1] == 32
+    for tuned in ("target", "retain_only"):  # each fine-tuned from the base, and moved by it
+        assert not torch.equal(weights[tuned]["lm_head.weight"], weights["base"]["lm_head.weight"]), tuned
+    assert not torch.equal(weights["target"]["lm_head.weight"], weights["retain_only"]["lm_head.weight"])
+    report = json.loads(world.reference("01").read_text())
+    assert report["evaluated_by"] == _source_digest(REPORT_SOURCES)[:12]
+    assert len(report["per_item"]["forget"]["truth_ratio"]) == ROWS["forget01"]
+
+
+def test_the_shipped_test_world_is_the_current_builders_and_installs_whole(tmp_path):
+    """The prebuilt world the tests read (tests/shipped_world.py) is the one the current builder would make (its
+    folder carries the builder's key), and it lands whole: a part left half-copied by an interrupted install is
+    replaced, a complete one kept."""
+    import shipped_world as sw
+
+    from lit_unlearn.worlds.tofu_world import world_folder
+
+    assert sw.shipped_folder(tmp_path).is_dir(), (
+        "the shipped test world is not the current builder's: run `python tests/shipped_world.py` and commit "
+        "tests/data/tofu_world")
+    assert [p.name for p in sw.SHIPPED.iterdir()] == [sw.shipped_folder(tmp_path).name]  # no stale copy beside it
+    folder = world_folder(tmp_path, sw.SEED)
+    (folder / "target").mkdir(parents=True)
+    (folder / "target" / "model.safetensors").write_bytes(b"half")  # no config.json: an interrupted copy
+    assert sw.install_shipped_world(tmp_path) and not sw.install_shipped_world(tmp_path)
+    source = sw.shipped_folder(tmp_path)
+    for part in sw.MODELS:
+        for name in sw.MODEL_FILES:
+            assert (folder / part / name).read_bytes() == (source / part / name).read_bytes(), (part, name)
+    assert not list(folder.glob(".*.partial"))

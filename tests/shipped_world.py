@@ -1,0 +1,97 @@
+"""The tests' shared TOFU world, shipped prebuilt: its tokenizer, base, target and forget01 retain-only model and
+that model's report (about 7 MB in tests/data/tofu_world/) are copied into the world cache instead of being trained
+there, which took 3-6 CPU-minutes of every test run from an empty cache.
+
+The copy is used only when its folder name, seed{S}-{world_key}, is the current builder's (the key covers the recipe,
+the seed, the release and the builder's source): a changed builder builds the world as before, and
+test_tofu_world.py's test of the shipped copy says to refresh it:
+
+    python tests/shipped_world.py        # builds the world afresh (about 4 min on 2 cores) and ships it
+
+Weights trained on one CPU serve the tests on any other: none compares a trained number with a golden one. The
+builder itself still runs in the main command, on a one-layer recipe (test_tofu_world.py), and its cache logic is
+tested there too."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+SHIPPED = Path(__file__).resolve().parent / "data" / "tofu_world"
+SEED = 0
+MODELS = ("base", "target", "retain_only_01")
+MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+               "tokenizer_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+REPORT = "retain_only_01_eval.json"  # redone by prepare_tofu_world where the evaluation code has changed since
+
+
+def shipped_folder(root) -> Path:
+    """Where the shipped copy of the world that `root` would hold for the current builder lies (it may not exist)."""
+    from lit_unlearn.worlds.tofu_world import world_folder
+
+    return SHIPPED / world_folder(root, SEED).name
+
+
+def install_shipped_world(root) -> bool:
+    """Copy the shipped world into `root` where it is the current builder's and `root` lacks its models. Each part
+    lands under a temporary name and is renamed into place, so an interrupted copy leaves nothing half-written that
+    the builder would take for a model. True if anything was copied."""
+    from filelock import FileLock
+
+    from lit_unlearn.worlds.tofu_world import world_folder
+
+    folder, source = world_folder(root, SEED), shipped_folder(root)
+    if not source.is_dir():
+        return False
+    folder.mkdir(parents=True, exist_ok=True)
+    copied = False
+    with FileLock(str(folder) + ".lock"):  # the lock prepare_tofu_world takes: never beside a build
+        for part in ("tokenizer", *MODELS):
+            marker = "tokenizer.json" if part == "tokenizer" else "config.json"
+            if (folder / part / marker).is_file():
+                continue
+            partial = folder / f".{part}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            shutil.copytree(source / part, partial)
+            shutil.rmtree(folder / part, ignore_errors=True)
+            os.replace(partial, folder / part)
+            copied = True
+        if not (folder / REPORT).is_file() and (source / REPORT).is_file():
+            shutil.copyfile(source / REPORT, folder / f".{REPORT}.partial")
+            os.replace(folder / f".{REPORT}.partial", folder / REPORT)
+            copied = True
+    return copied
+
+
+def prepare_test_world(root, levels=("01",), log=lambda *a: None):
+    """The shared test world: the shipped copy where it is current, then whatever the builder finds missing."""
+    from lit_unlearn.worlds.tofu_world import prepare_tofu_world
+
+    install_shipped_world(root)
+    return prepare_tofu_world(root, seed=SEED, levels=levels, log=log)
+
+
+def ship(build_root: Path) -> Path:
+    """Build the world afresh under `build_root` and replace the shipped copy with it."""
+    from lit_unlearn.worlds.tofu_world import prepare_tofu_world
+
+    world = prepare_tofu_world(build_root, seed=SEED, levels=("01",), fresh=True)
+    target = SHIPPED / world.folder.name
+    shutil.rmtree(SHIPPED, ignore_errors=True)
+    for part in ("tokenizer", *MODELS):
+        (target / part).mkdir(parents=True)
+        for name in TOKENIZER_FILES if part == "tokenizer" else MODEL_FILES:
+            shutil.copyfile(world.folder / part / name, target / part / name)
+    shutil.copyfile(world.folder / REPORT, target / REPORT)
+    return target
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"shipped: {ship(Path(tmp))}")
