@@ -21,7 +21,7 @@ LEVEL_PRESETS = {"10": "tofu_tiny_holdout_match_10"}
 def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None, seed: int = 0,
               level: Literal["01", "05", "10"] = "01", fresh: bool = False, generated: bool = False,
               worlds: str = f"{ROOT}/worlds", audit: bool = False, distill: str | None = None) -> None:
-    """The offline TOFU job (4 min 39 s from nothing on a 2-core AVX512 machine, 5 min 37 s under AVX2; measured in
+    """The offline TOFU job (4 min 49 s from nothing on a 2-core AVX512 machine; measured in
     docs/findings/tofu-world.md): a world built from the real TOFU release
     shipped with the package (40 of its authors, its forget, perturbed, holdout and general-knowledge splits), a
     tiny Llama target fine-tuned on the retain and forget authors together, a retain-only model (the gold
