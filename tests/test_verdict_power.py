@@ -84,6 +84,20 @@ def test_margins_narrower_than_the_simulated_null_needs_borrow_no_power():
     assert narrow.rate < fail_rates([POWER_AUC], fg, hg, (0.05, 0.1), 0.2)[0]
 
 
+def test_the_limit_of_an_item_structure_is_the_power_at_margins_from_sampling_alone():
+    """Zero margins are judged at what the simulated null needs (each scope's reach at 95 %, together 90 %): the
+    least any calibration on these authors and items could detect (benchmarks/verification/verdict_power.py's
+    limit column). Wider margins never detect less; at forget01's structure the limit stays above 0.70."""
+    from lit_unlearn.verification.verdict_power import null_reach
+
+    fg, hg = groups(2, 10, "f"), groups(2, 10, "h")
+    limit = check_power(fg, hg, (0.0, 0.0), 0.1)
+    assert limit.judged_margin == tuple(min(0.5, r) for r in null_reach(fg, hg, 0.1, quantile=0.95))
+    wider = check_power(fg, hg, tuple(m + 0.05 for m in limit.judged_margin), 0.1)
+    assert limit.detectable_auc is not None and wider.detectable_auc is not None
+    assert 0.7 < limit.detectable_auc < wider.detectable_auc
+
+
 def test_a_planted_auc_of_085_fails_and_a_null_model_passes_at_the_calibrated_rate():
     """forget10's half (10 authors of 20 items a side) with its calibrated raw margins for the loss attack."""
     fg, hg = groups(10, 20, "f"), groups(10, 20, "h")

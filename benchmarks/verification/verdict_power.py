@@ -49,9 +49,14 @@ def level_rows(level: str) -> list[dict]:
                   for a, m in cal["margins"][level]["best"][key].items()}
         powered = {a: p for a, p in checks.items() if p.has_power}
         best = min(((p.detectable_auc, a) for a, p in powered.items() if p.detectable_auc is not None), default=None)
+        # The limit the item structure sets: margins no wider than sampling alone needs (zero margins are widened to
+        # what a simulated never-trained model passes 90 % of the time), i.e. no shift between forget and holdout
+        # authors and no inflation; no calibration on these authors and items could detect less.
+        floor = {a: check_power(fg, hg, (0.0, 0.0), shares.get(a, shares["loss"])) for a in checks}
+        limit = min(((p.detectable_auc, a) for a, p in floor.items() if p.detectable_auc is not None), default=None)
         rows.append({"level": level, "part": part, "forget": f"{len(set(fg))} x {len(fg) // len(set(fg))}",
                      "holdout": f"{len(set(hg))} x {len(hg) // len(set(hg))}", "powered": len(powered),
-                     "checks": len(checks), "best": best,
+                     "checks": len(checks), "best": best, "limit": limit,
                      "rates": {a: p.rate for a, p in checks.items()},
                      "weak": sorted(a for a in checks if a not in powered)})
     return rows
@@ -59,12 +64,16 @@ def level_rows(level: str) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     lines = ["| level | part | forget authors x items | holdout authors x items | attacks with power | detectable AUC "
-             "(attack) | without power (rate at AUC 0.8) |", "|---|---|---|---|---|---|---|"]
+             "(attack) | limit of these items (attack) | without power (rate at AUC 0.8) |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def auc(pair):
+        return "none" if pair is None else f"{pair[0]:.2f} ({pair[1]})"
+
     for r in rows:
-        best = "none" if r["best"] is None else f"{r['best'][0]:.2f} ({r['best'][1]})"
         weak = ", ".join(f"{a} ({r['rates'][a]:.2f})" for a in r["weak"]) or "-"
         lines.append(f"| forget{r['level']} | {r['part']} | {r['forget']} | {r['holdout']} | {r['powered']} of "
-                     f"{r['checks']} | {best} | {weak} |")
+                     f"{r['checks']} | {auc(r['best'])} | {auc(r['limit'])} | {weak} |")
     return "\n".join(lines)
 
 
@@ -77,7 +86,9 @@ def main() -> None:
     head = ("# The full verdict's power at TOFU's levels\n\n> What the verdict could have caught, per level and "
             "part, with the packaged margins.\n> A check has power when it fails a true AUC of 0.8 at least half "
             "the time (simulated) and its margin is below 0.5.\n> The detectable AUC: the smallest true AUC the "
-            "most sensitive check with power fails 80 % of the time.\n\nCommand: `python benchmarks/verification/"
+            "most sensitive check with power fails 80 % of the time.\n> The limit of these items: the same with margins "
+            "from sampling alone (what a simulated never-trained model passes 90 % of the time, no author shift, no "
+            "inflation): no calibration on these authors and items detects less.\n\nCommand: `python benchmarks/verification/"
             "verdict_power.py --write docs/generated/verdict_power.md`. Relearning is measured on the forget "
             "authors it did not train on; its margins are the worst of its eight rates and step counts.\n\n")
     publish(text + "\n", args.write, head)
