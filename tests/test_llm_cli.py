@@ -22,15 +22,15 @@ def test_tofu_demo_end_to_end_gives_the_full_verdict_on_the_half_no_decision_rea
     every 5 steps toward its target (the verdict of the model as it is and model utility ≥ 0.95 × the target's), then
     the full verdict on the reporting half (before any attack, relearning, 4-bit), every condition of which is
     recomputed here from the per-item scores it was decided on; the TOFU table with the gold standard, TensorBoard,
-    and the final weights as a Hugging Face folder that `tofu-eval` scores as the callback did. A budget of 20 steps
-    (5 looks) instead of the preset's 150: what is checked here (the looks' cadence, the stop rule's report, the
+    and the final weights as a Hugging Face folder that `tofu-eval` scores as the callback did. A budget of 10 steps
+    (3 looks) instead of the preset's 150: what is checked here (the looks' cadence, the stop rule's report, the
     verdict's files and their recomputation, the exports) is the same, and the suite's longest test is a third as
     long. Every seed of every
     level at the full budget: benchmarks/tofu_world/demo_seeds.py (docs/generated/tofu_demo_*.md)."""
     from lit_unlearn.verification.holdout_equivalence import holdout_verdict
 
     out = cli(["tofu-demo", "--worlds", str(tofu_world.folder.parent), "--trainer.enable_progress_bar=false",
-               "--trainer.max_steps=20"], tmp_path, subprocess_env)
+               "--trainer.max_steps=10"], tmp_path, subprocess_env)
     assert "StopAtTarget 'holdout_band_ratio <= 1 and model_utility_ratio >= 0.95'" in out.stdout, out.stdout[-3000:]
     run = tmp_path / "runs/tofu/holdout_match/version_0"
     result = json.loads((run / "holdout_verification.json").read_text())
