@@ -287,7 +287,7 @@ def test_a_world_is_built_for_real_from_the_release_on_a_small_recipe(tmp_path):
 
 def test_the_shipped_test_world_is_the_current_builders_and_installs_whole(tmp_path):
     """The prebuilt world the tests read (tests/shipped_world.py) is the one the current builder would make (its
-    folder carries the builder's key), and it lands whole: a part left half-copied by an interrupted install is
+    folder carries the builder's key) with a report of the current evaluation code, and it lands whole: a part left half-copied by an interrupted install is
     replaced, a complete one kept."""
     import shipped_world as sw
 
@@ -297,6 +297,12 @@ def test_the_shipped_test_world_is_the_current_builders_and_installs_whole(tmp_p
         "the shipped test world is not the current builder's: run `python tests/shipped_world.py` and commit "
         "tests/data/tofu_world")
     assert [p.name for p in sw.SHIPPED.iterdir()] == [sw.shipped_folder(tmp_path).name]  # no stale copy beside it
+    from lit_unlearn.worlds.tofu_world import REPORT_SOURCES, _source_digest
+
+    report = json.loads((sw.shipped_folder(tmp_path) / sw.REPORT).read_text())
+    assert report["evaluated_by"] == _source_digest(REPORT_SOURCES)[:12], (
+        "the shipped world's report predates the evaluation code (an empty cache would evaluate it again): run "
+        "`python tests/shipped_world.py` and commit tests/data/tofu_world")
     folder = world_folder(tmp_path, sw.SEED)
     (folder / "target").mkdir(parents=True)
     (folder / "target" / "model.safetensors").write_bytes(b"half")  # no config.json: an interrupted copy
