@@ -2,8 +2,8 @@
 how strongly an item's score under its original question and under its paraphrase agree, for models that never saw
 the forget authors (the retain-only models of calibration worlds: decision data, never the test worlds).
 
-    python benchmarks/verification/paraphrase_probe_correlation.py [--worlds runs/tofu/worlds] [--seeds 100,101]
-        [--levels 05,10] [--write docs/generated/paraphrase_probe_correlation.md]
+    python benchmarks/verification/paraphrase_probe_correlation.py [--worlds runs/tofu/worlds] [--seeds 100,101,102]
+        [--levels 01,05,10] [--write docs/generated/paraphrase_probe_correlation.md]
 
 Per attack: the Pearson correlation ρ over the forget items (both halves) of the two scores, raw and relative to the
 base model (the base's score of the same question subtracted), and what averaging the two probes per item would
@@ -80,8 +80,8 @@ def table(results: dict[tuple[int, str], dict[str, dict[str, float]]]) -> str:
 def main() -> None:
     ap = options(__doc__)
     ap.add_argument("--worlds", default="runs/tofu/worlds")
-    ap.add_argument("--seeds", default="100,101")
-    ap.add_argument("--levels", default="05,10")
+    ap.add_argument("--seeds", default="100,101,102")
+    ap.add_argument("--levels", default="01,05,10")
     args = ap.parse_args()
     results = {}
     for level in args.levels.split(","):
