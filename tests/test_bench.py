@@ -241,3 +241,37 @@ def test_the_papers_selection_reads_forget_quality_and_the_report_says_so(tmp_pa
     bad.write_text("selection: fq\nmethods: {GA: {class_path: lit_unlearn.modules.GAModule}}\n")
     with pytest.raises(UserError, match="selection 'fq': choose one of"):
         load_bench_spec(bad)
+
+
+def test_a_grid_point_that_diverges_is_a_row_not_a_crash(tmp_path):
+    """GA by SGD at an absurd rate drives the weights to inf within its budget: the bench records the point as
+    diverged (no numbers, the error's first line), never chooses it, goes on to the test worlds, and does not run it
+    again when resumed."""
+    cfg = tmp_path / "bench.yaml"
+    cfg.write_text(f"""
+out_dir: {tmp_path / 'out'}
+data: {{kind: generated, seed: 0, validation_seed: 1, n_authors: 10, epochs: 4}}
+forget_levels: ["10"]
+seeds: [0]
+epochs: 3
+batch_size: 4
+max_new_tokens: 4
+methods:
+  GA: {{class_path: lit_unlearn.modules.GAModule, init_args: {{optimizer: sgd}}, grid: {{lr: [1.0e-4, 1.0e+38]}}}}
+""")
+    spec = load_bench_spec(cfg)
+    seen = []
+    results = run_bench(spec, log=seen.append)
+    out = results.parent
+    runs = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    bad = [r for r in runs if r.get("diverged")]
+    assert [r["point"] for r in bad] == [{"lr": 1e38}]
+    assert "the forget loss is nan" in bad[0]["diverged"] or "the forget loss is inf" in bad[0]["diverged"]
+    assert all(bad[0][c] is None for c in ("MU", "FQ (gold)"))
+    test = [r for r in runs if r["phase"] == "test" and r["method"] == "GA"]
+    assert [r["point"] for r in test] == [{"lr": 1e-4}] and not test[0].get("diverged")
+    assert any("diverged: " in line for line in seen)
+    grid = list(csv.DictReader((out / "grid.csv").open()))
+    assert [g["diverged"] for g in grid if g["method"] == "GA"] == ["", bad[0]["diverged"]]
+    run_bench(spec, log=lambda *a: None)  # resumed: every row read back, none run again
+    assert len((out / "runs.jsonl").read_text().splitlines()) == len(runs)

@@ -88,13 +88,15 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
         for r in table:
             w.writerow([r["level"], r["method"], r["seeds"], json.dumps(r["point"])] +
                        [r[c] for col in columns for c in (col, col + " std", col + " ci95")])
+    diverged = ["diverged"] if any(r.get("diverged") for r in rows) else []  # a point whose loss became NaN/inf
     with (out / "grid.csv").open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["method", "level", "hyper_parameters", "chosen", *columns])
+        w.writerow(["method", "level", "hyper_parameters", "chosen", *columns, *diverged])
         for r in rows:
             if r["world"] == val_world and r.get("phase") == "validation":
                 pick = chosen_point(chosen, r["method"], r["level"]) == r["point"] and r["method"] != "Target"
-                w.writerow([r["method"], r["level"], json.dumps(r["point"]), pick, *[r.get(c) for c in columns]])
+                w.writerow([r["method"], r["level"], json.dumps(r["point"]), pick,
+                            *[r.get(c) for c in [*columns, *diverged]]])
     # The budget as the runs had it: epochs over each level's forget set win over the step count (spec.py).
     budget = f"{spec.epochs:g} epochs over each forget set" if spec.epochs else f"{spec.steps} steps"
     lines = [f"# Bench ({bench.name.upper()}): every method, one setting ({budget}, batch "

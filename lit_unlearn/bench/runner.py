@@ -142,13 +142,20 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
         key = _run_key(world.name, method.name if method else "Target", point, level, seed, steps)
         if key not in done:
             audit = spec.audit and phase == "test" and bench.name == "tofu"
-            row = {**unlearn_and_evaluate(spec, bench, world, method, point, level, seed, out / "runs", audit),
-                   "phase": phase, "steps": steps}
+            started = time.perf_counter()
+            try:
+                result = unlearn_and_evaluate(spec, bench, world, method, point, level, seed, out / "runs", audit)
+            except FloatingPointError as err:  # a diverged point is a result: recorded, never chosen, not retried
+                result = {"world": world.name, "method": method.name if method else "Target", "point": point,
+                          "level": level, "seed": seed, "seconds": round(time.perf_counter() - started, 1),
+                          **{col: None for col in bench.columns}, "diverged": str(err).splitlines()[0]}
+            row = {**result, "phase": phase, "steps": steps}
             if rank_zero_only.rank == 0:  # every process runs the same loop; one writes
                 with done_file.open("a") as f:
                     f.write(json.dumps(row) + "\n")
             done[key] = row
-            shown = " ".join(f"{c} {_fmt(row[c])}" for c in list(bench.columns)[:2])
+            shown = f"diverged: {row['diverged']}" if row.get("diverged") else \
+                " ".join(f"{c} {_fmt(row[c])}" for c in list(bench.columns)[:2])
             log(f"  {phase:10s} {row['method']:9s} {level} seed {seed} {point or ''}: {shown} ({row['seconds']} s)")
         return done[key]
 
@@ -161,7 +168,9 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
         target_val = run(val, None, {}, val_level, spec.seeds[0], "validation")
         for m in methods:
             rows = [run(val, m, p, val_level, spec.seeds[0], "validation") for p in m.grid_points()]
-            chosen[(m.name, val_level)] = bench.select(rows, target_val, spec.utility_floor, spec.selection)
+            finite = [r for r in rows if not r.get("diverged")]
+            chosen[(m.name, val_level)] = bench.select(finite, target_val, spec.utility_floor, spec.selection) \
+                if finite else (rows[0]["point"], "every point diverged: the first is run on the test worlds")
             log(f"  {m.name}: chose {chosen[(m.name, val_level)][0]} ({chosen[(m.name, val_level)][1]})")
     log("== every method x forget level x seed on the test world" + ("s" if len(set(
         w.name for w in tests.values())) > 1 else "") + " ==")
