@@ -287,8 +287,8 @@ def test_a_world_is_built_for_real_from_the_release_on_a_small_recipe(tmp_path):
 
 def test_the_shipped_test_world_is_the_current_builders_and_installs_whole(tmp_path):
     """The prebuilt world the tests read (tests/shipped_world.py) is the one the current builder would make (its
-    folder carries the builder's key) with a report of the current evaluation code, and it lands whole: a part left half-copied by an interrupted install is
-    replaced, a complete one kept."""
+    folder carries the builder's key) with a report of the current evaluation code, and it lands whole: a part left
+    half-copied by an interrupted install is replaced, a complete one kept."""
     import shipped_world as sw
 
     from lit_unlearn.worlds.tofu_world import world_folder

@@ -51,7 +51,7 @@ def level_rows(level: str) -> list[dict]:
         best = min(((p.detectable_auc, a) for a, p in powered.items() if p.detectable_auc is not None), default=None)
         # The limit the item structure sets: margins no wider than sampling alone needs (zero margins are widened to
         # what a simulated never-trained model passes 90 % of the time), i.e. no shift between forget and holdout
-        # authors and no inflation; no calibration on these authors and items could detect less.
+        # authors and no inflation; no calibration of this test on these authors and items could detect less.
         floor = {a: check_power(fg, hg, (0.0, 0.0), shares.get(a, shares["loss"])) for a in checks}
         limit = min(((p.detectable_auc, a) for a, p in floor.items() if p.detectable_auc is not None), default=None)
         rows.append({"level": level, "part": part, "forget": f"{len(set(fg))} x {len(fg) // len(set(fg))}",
@@ -86,11 +86,12 @@ def main() -> None:
     head = ("# The full verdict's power at TOFU's levels\n\n> What the verdict could have caught, per level and "
             "part, with the packaged margins.\n> A check has power when it fails a true AUC of 0.8 at least half "
             "the time (simulated) and its margin is below 0.5.\n> The detectable AUC: the smallest true AUC the "
-            "most sensitive check with power fails 80 % of the time.\n> The limit of these items: the same with margins "
-            "from sampling alone (what a simulated never-trained model passes 90 % of the time, no author shift, no "
-            "inflation): no calibration of this test on these authors and items detects less.\n\nCommand: `python benchmarks/verification/"
-            "verdict_power.py --write docs/generated/verdict_power.md`. Relearning is measured on the forget "
-            "authors it did not train on; its margins are the worst of its eight rates and step counts.\n\n")
+            "most sensitive check with power fails 80 % of the time.\n> The limit of these items: the same with "
+            "margins from sampling alone (what a simulated never-trained model passes 90 % of the time, no author "
+            "shift, no inflation): no calibration of this test on these authors and items detects less.\n\n"
+            "Command: `python benchmarks/verification/verdict_power.py --write docs/generated/verdict_power.md`. "
+            "Relearning is measured on the forget authors it did not train on; its margins are the worst of its "
+            "eight rates and step counts.\n\n")
     publish(text + "\n", args.write, head)
 
 
