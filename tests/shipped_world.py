@@ -15,7 +15,6 @@ tested there too."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -42,9 +41,11 @@ def install_shipped_world(root) -> bool:
     the builder would take for a model. True if anything was copied."""
     from filelock import FileLock
 
+    from lit_unlearn.storage.files import atomic_path, replace_folder
     from lit_unlearn.worlds.tofu_world import world_folder
 
-    folder, source = world_folder(root, SEED), shipped_folder(root)
+    folder = world_folder(root, SEED)
+    source = SHIPPED / folder.name  # shipped_folder(root), without computing the key again
     if not source.is_dir():
         return False
     folder.mkdir(parents=True, exist_ok=True)
@@ -56,13 +57,11 @@ def install_shipped_world(root) -> bool:
                 continue
             partial = folder / f".{part}.partial"
             shutil.rmtree(partial, ignore_errors=True)
-            shutil.copytree(source / part, partial)
-            shutil.rmtree(folder / part, ignore_errors=True)
-            os.replace(partial, folder / part)
+            replace_folder(shutil.copytree(source / part, partial), folder / part)
             copied = True
         if not (folder / REPORT).is_file() and (source / REPORT).is_file():
-            shutil.copyfile(source / REPORT, folder / f".{REPORT}.partial")
-            os.replace(folder / f".{REPORT}.partial", folder / REPORT)
+            with atomic_path(folder / REPORT, fsync=False) as tmp:
+                shutil.copyfile(source / REPORT, tmp)
             copied = True
     return copied
 
@@ -81,10 +80,11 @@ def ship(build_root: Path, rebuild: bool = False) -> Path:
     otherwise the whole world, built afresh there."""
     from lit_unlearn.worlds.tofu_world import prepare_tofu_world
 
-    if shipped_folder(build_root).is_dir() and not rebuild:
+    shipped = shipped_folder(build_root)
+    if shipped.is_dir() and not rebuild:
         world = prepare_test_world(build_root)
-        shutil.copyfile(world.folder / REPORT, shipped_folder(build_root) / REPORT)
-        return shipped_folder(build_root)
+        shutil.copyfile(world.folder / REPORT, shipped / REPORT)
+        return shipped
     world = prepare_tofu_world(build_root, seed=SEED, levels=("01",), fresh=True)
     target = SHIPPED / world.folder.name
     shutil.rmtree(SHIPPED, ignore_errors=True)

@@ -273,9 +273,8 @@ def test_a_world_is_built_for_real_from_the_release_on_a_small_recipe(tmp_path):
                                                         intermediate_size=64), base_epochs=1, epochs=1,
                              eval_max_new_tokens=8)
     world = prepare_tofu_world(tmp_path, seed=0, levels=("01",), recipe=recipe, log=lambda *a: None)
-    weights = {name: AutoModelForCausalLM.from_pretrained(getattr(world, name) if name != "retain_only"
-                                                           else world.retain_only("01")).state_dict()
-               for name in ("base", "target", "retain_only")}
+    folders = {"base": world.base, "target": world.target, "retain_only": world.retain_only("01")}
+    weights = {name: AutoModelForCausalLM.from_pretrained(folder).state_dict() for name, folder in folders.items()}
     assert weights["base"]["model.embed_tokens.weight"].shape[1] == 32
     for tuned in ("target", "retain_only"):  # each fine-tuned from the base, and moved by it
         assert not torch.equal(weights[tuned]["lm_head.weight"], weights["base"]["lm_head.weight"]), tuned

@@ -86,10 +86,16 @@ def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpe
     if audit:
         summary.update(bench.audit(world, level, trained, spec, runs / f"audit-{world.name}-forget{level}-seed{seed}-"
                                    f"{method.name if method else 'Target'}", reads))
-    row = {"world": world.name, "method": method.name if method else "Target", "point": point, "level": level,
-           "seed": seed, "seconds": round(time.perf_counter() - t0, 1)}
-    row.update({col: summary.get(key) for col, key in bench.columns.items()})
-    return row
+    return bench_row(bench, world, method, point, level, seed, time.perf_counter() - t0, summary)
+
+
+def bench_row(bench, world: World, method: MethodSpec | None, point: dict, level: str, seed: int, seconds: float,
+              summary: dict) -> dict[str, Any]:
+    """A run's row of runs.jsonl: what was run, how long it took, and the benchmark's columns from `summary` (None
+    where it has no value: a diverged run has none)."""
+    return {"world": world.name, "method": method.name if method else "Target", "point": point, "level": level,
+            "seed": seed, "seconds": round(seconds, 1),
+            **{col: summary.get(key) for col, key in bench.columns.items()}}
 
 
 def _distilled(bench, world: World, level: str, method: MethodSpec, point: dict, launched, compute: dict):
@@ -146,9 +152,8 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
             try:
                 result = unlearn_and_evaluate(spec, bench, world, method, point, level, seed, out / "runs", audit)
             except FloatingPointError as err:  # a diverged point is a result: recorded, never chosen, not retried
-                result = {"world": world.name, "method": method.name if method else "Target", "point": point,
-                          "level": level, "seed": seed, "seconds": round(time.perf_counter() - started, 1),
-                          **{col: None for col in bench.columns}, "diverged": str(err).splitlines()[0]}
+                result = {**bench_row(bench, world, method, point, level, seed, time.perf_counter() - started, {}),
+                          "diverged": str(err).splitlines()[0]}
             row = {**result, "phase": phase, "steps": steps}
             if rank_zero_only.rank == 0:  # every process runs the same loop; one writes
                 with done_file.open("a") as f:
