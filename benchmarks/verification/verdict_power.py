@@ -88,7 +88,7 @@ def main() -> None:
             "the time (simulated) and its margin is below 0.5.\n> The detectable AUC: the smallest true AUC the "
             "most sensitive check with power fails 80 % of the time.\n> The limit of these items: the same with "
             "margins from sampling alone (what a simulated never-trained model passes 90 % of the time, no author "
-            "shift, no inflation): no calibration of this test on these authors and items detects less.\n\n"
+            "shift, no inflation): in this simulation, no calibration of this test on these authors and items detects less.\n\n"
             "Command: `python benchmarks/verification/verdict_power.py --write docs/generated/verdict_power.md`. "
             "Relearning is measured on the forget authors it did not train on; its margins are the worst of its "
             "eight rates and step counts.\n\n")
