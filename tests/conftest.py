@@ -57,7 +57,7 @@ def pytest_unconfigure(config):
 # which is built beside them where the shipped copy is not the current builder's: about 4 minutes of work before the
 # first test that needs it.
 LONGEST_FIRST = ("test_own_job.py", "test_deepspeed.py", "test_cli_and_resume.py", "test_cluster.py",
-                 "test_llm_cli.py", "test_holdout_world.py", "test_tofu_world.py", "test_tofu_eval_units.py",
+                 "test_tofu_demo.py", "test_holdout_world.py", "test_tofu_world.py", "test_tofu_eval_units.py",
                  "test_preempted_resume.py", "test_distributed_shutdown.py", "test_gpu_check.py")
 _WORLD_BUILD: list = []
 

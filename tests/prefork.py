@@ -5,7 +5,7 @@ forked from it. The child is a real process of its own: its own pid, signals del
 (SIGKILL, SIGTERM, SLURM's SIGUSR1), its own exit status, the interpreter's normal shutdown. What it skips is
 what every test of ours would otherwise repeat: about 6 CPU-seconds of imports. The console script and the
 interpreter start itself stay covered by tests that exec a fresh interpreter (tests/test_cli_and_resume.py,
-tests/test_llm_cli.py).
+tests/test_cli_errors.py).
 
     server.run([sys.executable, "-m", "lit_unlearn.cli", ...], cwd=..., env=..., timeout=...)  # subprocess.run
     server.popen([sys.executable, "tests/worker.py", ...], cwd=..., env=...)  # subprocess.Popen: pid, communicate

@@ -1,6 +1,6 @@
 """`lit-unlearn export` without a sharded run: the streaming safetensors writer, LoRA runs (merged, or the adapter
 alone) against the network they came from, and checkpoints that hold no causal-LM network. The 2-process ZeRO-3
-export is tested in tests/test_deepspeed.py, a plain run's in tests/test_holdout_world.py."""
+export is tested in tests/test_deepspeed.py, a plain run's in tests/test_tofu_demo.py."""
 
 import pytest
 import torch

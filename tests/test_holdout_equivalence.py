@@ -10,6 +10,7 @@ from lit_unlearn.verification.holdout_calibration import delta_from_bands
 from lit_unlearn.verification.holdout_equivalence import (
     FEW_AUTHORS,
     auc,
+    bootstrap_counts,
     equivalence_verdict,
     group_bootstrap,
     tost_p_value,
@@ -63,7 +64,7 @@ def _brute_force(forget, holdout, gf, gh, n_boot, seed):
             for a in forget}
 
 
-@pytest.mark.parametrize("n_authors", [2, 6])  # below FEW_AUTHORS: items within authors; above: two levels
+@pytest.mark.parametrize("n_authors", [2, 3, 6])  # below FEW_AUTHORS: items within authors; from it: two levels
 def test_group_bootstrap_equals_a_brute_force_loop(n_authors):
     rng = np.random.default_rng(1)
     f1, gf = _authors(rng, n_authors, 7)
@@ -76,6 +77,16 @@ def test_group_bootstrap_equals_a_brute_force_loop(n_authors):
     for a in forget:
         np.testing.assert_allclose(ours[a], brute[a], atol=1e-12)
     assert ours["loss"].std() > 0
+
+
+def test_three_authors_a_side_are_drawn_as_authors_and_two_keep_their_items():
+    """From 3 authors a replicate may leave an author out (authors are drawn with replacement); with 2, each author
+    keeps as many item draws as it has items."""
+    rng = np.random.default_rng(0)
+    three = bootstrap_counts([np.arange(0, 5), np.arange(5, 10), np.arange(10, 15)], 15, 200, rng)
+    assert (three.reshape(200, 3, 5).sum(axis=2) == 0).any()
+    two = bootstrap_counts([np.arange(0, 5), np.arange(5, 10)], 10, 200, rng)
+    assert (two.reshape(200, 2, 5).sum(axis=2) == 5).all()
 
 
 def test_item_level_interval_agrees_with_scipy_bootstrap():

@@ -50,7 +50,7 @@ def test_a_preempted_bench_resumes_its_grid_point_exactly(tmp_path, monkeypatch)
         cfg.write_text(f"""
 out_dir: {tmp_path / out}
 data: {{kind: generated, seed: 0, validation_seed: 1, n_authors: 10, epochs: 4}}
-forget_levels: ["01", "05", "10"]
+forget_levels: ["01", "05"]
 seeds: [0]
 steps: 4
 batch_size: 8
@@ -68,7 +68,8 @@ methods:
         run_bench(spec("b"), log=lambda *a: None)
     assert stop.value.code == 128 + signal.SIGUSR1 and fired
     assert list(fired[0].glob("**/hpc_ckpt_*.ckpt"))  # the interrupted grid point kept its state
-    assert not (tmp_path / "b" / "runs.jsonl").exists() or len(_rows(tmp_path / "b" / "runs.jsonl")) < 3
+    assert not (tmp_path / "b" / "runs.jsonl").exists() or (len(_rows(tmp_path / "b" / "runs.jsonl"))
+                                                             < len(_rows(straight / "runs.jsonl")))
     monkeypatch.undo()
     resumed = run_bench(spec("b"), log=lambda *a: None).parent
     assert _rows(resumed / "runs.jsonl") == _rows(straight / "runs.jsonl")
