@@ -13,6 +13,11 @@ then replays a different batch). Here the handler only records the signal; at th
 4. ends training with `Preempted`: the command line prints "interrupted at step N; resume with ..." and exits
    with 128 + the signal number. A requeued job relaunching the same command resumes that run by itself.
 
+Once training is over there is no step boundary left to wait for, yet the final evaluation and verdict can take
+minutes (a cluster's SIGKILL follows its SIGTERM within a grace period). A signal from then on stops the run at once
+(`Preempted` with boundary=False, no new checkpoint): the resume point is the run's last checkpoint, and resuming
+it redoes the evaluation without training again.
+
 The random-number generators (Python, NumPy, torch) are part of every checkpoint this callback sees saved, and
 are restored on resume. Install it through the command line (it is added to every `lit-unlearn` training run).
 """
@@ -33,7 +38,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lit_unlearn.core.console import say
 
-__all__ = ["Preemption", "Preempted", "PREEMPTION_SIGNALS"]
+__all__ = ["Preemption", "Preempted", "TrainingOver", "PREEMPTION_SIGNALS"]
 
 PREEMPTION_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 
@@ -41,9 +46,10 @@ PREEMPTION_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 class Preempted(SystemExit):
     """Training stopped at a step boundary because of a pre-emption signal (a consistent checkpoint exists)."""
 
-    def __init__(self, signum: int, step: int, checkpoint: str | None) -> None:
+    def __init__(self, signum: int, step: int, checkpoint: str | None, boundary: bool = True) -> None:
         super().__init__(128 + int(signum))
         self.signum, self.step, self.checkpoint = int(signum), step, checkpoint
+        self.boundary = boundary  # False: after training, wherever the signal landed (a collective may be in flight)
 
 
 class Preemption(Callback):
@@ -59,12 +65,26 @@ class Preemption(Callback):
         self.pending: int | None = None
         self.received: int | None = None  # the signal that ended the run, for the command line
         self._previous: dict[int, Any] = {}
+        self._finished_training: Any = None  # the trainer, once its training is over
 
     # ----- signals ----------------------------------------------------------------------------------------------------
-    def _handler(self, signum, frame) -> None:  # no I/O here: it can run inside any bytecode of a step
+    def _handler(self, signum, frame) -> None:  # no I/O here during training: it can run inside any bytecode of a step
         self.pending = signum
+        if self._finished_training is not None:
+            self._stop_now(signum)
+
+    def _stop_now(self, signum: int) -> None:
+        trainer = self._finished_training
+        self.received = signum
+        if trainer.is_global_zero:
+            say(f"received {signal.Signals(signum).name} after training (step {trainer.global_step}): stopping the "
+                "final evaluation; resuming redoes it from the last checkpoint")
+            if self.requeue if self.requeue is not None else bool(os.environ.get("SLURM_JOB_ID")):
+                _requeue()
+        raise Preempted(signum, trainer.global_step, None, boundary=False)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
+        self._finished_training = None
         if stage != "fit" or threading.current_thread() is not threading.main_thread():
             return
         for sig in PREEMPTION_SIGNALS:
@@ -99,6 +119,16 @@ class Preemption(Callback):
                 _requeue()
         raise Preempted(signum, trainer.global_step, path)
 
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.training_over(trainer)
+
+    def training_over(self, trainer) -> None:
+        """No step boundary is coming: a signal from here on (one already pending included) stops the run at once."""
+        if self._finished_training is None and threading.current_thread() is threading.main_thread():
+            self._finished_training = trainer
+            if self.pending is not None:
+                self._stop_now(self.pending)
+
     # ----- what every checkpoint carries ----------------------------------------------------------------------------
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         if self.identity:
@@ -123,6 +153,19 @@ class Preemption(Callback):
         torch.set_rng_state(state_dict["torch"])
         if "cuda" in state_dict and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state_dict["cuda"])
+
+
+class TrainingOver(Callback):
+    """Placed first among a run's callbacks: tells its Preemption that training is over before any other callback's
+    on_fit_end starts the final evaluation. A run resumed at its last step skips the training loop, and with it
+    on_train_end."""
+
+    def __init__(self, preemption: Preemption) -> None:
+        super().__init__()
+        self.preemption = preemption
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.preemption.training_over(trainer)
 
 
 def _requeue() -> None:

@@ -56,3 +56,21 @@ class SignalAt(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.phase == "batch_start":
             self._send(trainer)
+
+
+class SignalAtFinalVerdict(Callback):
+    """Deliver `signal_name` to this process as the final verdict starts (HoldoutVerification's on_fit_end), after
+    training and its final checkpoint: where a cluster's pre-emption lands during a long final evaluation."""
+
+    def __init__(self, signal_name: str = "TERM") -> None:
+        self.signum = getattr(signal, f"SIG{signal_name}")
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        verification = next(cb for cb in trainer.callbacks if type(cb).__name__ == "HoldoutVerification")
+        final = verification.on_fit_end
+
+        def signalled(*args, **kwargs):
+            os.kill(os.getpid(), self.signum)
+            return final(*args, **kwargs)
+
+        verification.on_fit_end = signalled

@@ -77,7 +77,11 @@ def network_state(ckpt: str) -> dict:
     return {k.removeprefix("network.model."): v for k, v in state.items() if k.startswith("network.model.")}
 
 
-def test_the_readme_commands_run_hamu_and_ofmu_to_a_verdict_a_hf_folder_and_tensorboard(job, tmp_path):
+def test_the_readme_commands_run_hamu_and_ofmu_to_a_verdict_a_hf_folder_and_tensorboard(job, subprocess_env, prefork):
+    """HAMU's run, a process of its own, is also pre-empted as its final verdict starts (after training there is no
+    step boundary to wait for, and at 7B the verdict takes minutes before a cluster's SIGKILL): it ends at once with
+    128 + 15 and no verdict, its last checkpoint at the final step; the printed resume command then restores it there
+    (no step trained again) and gives the verdict checked below."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from transformers import AutoModelForCausalLM
 
@@ -85,8 +89,10 @@ def test_the_readme_commands_run_hamu_and_ofmu_to_a_verdict_a_hf_folder_and_tens
     methods = [c[c.index("--method") + 1] for c in commands]
     assert methods == ["hamu", "ofmu"]
     for command, method in zip(commands, methods):
-        extra = ["--model.init_args.inner_steps=2"] if method == "ofmu" else []
-        proc = cli_here([*command, *QUICK, *extra], job, check=True)
+        if method == "hamu":
+            proc = _preempted_at_the_final_verdict_then_resumed([*command, *QUICK], job, subprocess_env, prefork)
+        else:
+            proc = cli_here([*command, *QUICK, "--model.init_args.inner_steps=2"], job, check=True)
         assert "Reference-free verification:" in proc.stdout and "- margins: calibrated" in proc.stdout
         out = job / command[command.index("--out") + 1]
         run = finished_run(out, method)
@@ -103,6 +109,26 @@ def test_the_readme_commands_run_hamu_and_ofmu_to_a_verdict_a_hf_folder_and_tens
         assert set(final) <= set(mine) and all(torch.equal(final[k], mine[k]) for k in final)
         events = EventAccumulator(str(folder.parent)).Reload()
         assert any(t.startswith("verify/") for t in events.Tags()["scalars"])
+
+
+def _preempted_at_the_final_verdict_then_resumed(command: list[str], job: Path, env: dict, prefork):
+    out = job / command[command.index("--out") + 1] / command[command.index("--method") + 1]
+    cut = cli_process([*command, "--trainer.callbacks+=signal_injector.SignalAtFinalVerdict"], job, env,
+                      check=False, prefork=prefork)
+    assert cut.returncode == 128 + signal.SIGTERM, cut.stdout[-3000:] + cut.stderr[-3000:]
+    steps = int(next(a for a in command if a.startswith("--trainer.max_steps=")).split("=")[1])
+    assert f"received SIGTERM after training (step {steps})" in cut.stdout
+    assert "Reference-free verification:" not in cut.stdout  # stopped, not finished
+    folder = sorted(out.glob("version_*"))[-1]
+    record = json.loads((folder / "run.json").read_text())
+    assert record["status"] == "interrupted" and record["interrupted_at_step"] == steps
+    last = torch.load(folder / "checkpoints/last.ckpt", map_location="cpu", weights_only=True)
+    assert last["global_step"] == steps  # the resume point: training's end
+    hint = re.search(r"resume with: lit-unlearn (.*)$", cut.stdout, re.M)
+    resumed = cli_process([a for a in shlex.split(hint.group(1)) if "SignalAtFinalVerdict" not in a], job, env,
+                          prefork=prefork)
+    assert f"resuming {folder.relative_to(job)}" in resumed.stdout, resumed.stdout[:3000]  # at its last step: no training
+    return resumed
 
 
 @pytest.mark.parametrize("style, options", [("chat", ["--data-format", "chat"]),

@@ -55,10 +55,10 @@ def assign_run_folder(config) -> RunFolder:
 def cluster_ready(trainer_config, callbacks: list, run: RunFolder) -> list:
     """Put the plugins every managed run gets into `trainer_config` (atomic checkpoint writes unless DeepSpeed
     writes its own, and SLURM detection without Lightning's mid-step requeue) and return `callbacks` with the
-    Preemption callback added."""
+    Preemption callback added (and, first, TrainingOver: a signal during the final evaluation stops the run)."""
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
-    from lit_unlearn.callbacks.preemption import Preemption
+    from lit_unlearn.callbacks.preemption import Preemption, TrainingOver
     from lit_unlearn.storage.checkpoint_io import AtomicCheckpointIO
 
     plugins = trainer_config.get("plugins") or []
@@ -71,4 +71,5 @@ def cluster_ready(trainer_config, callbacks: list, run: RunFolder) -> list:
         plugins.append(SLURMEnvironment(auto_requeue=False))  # Preemption saves at the step boundary instead
     trainer_config["plugins"] = plugins
     identity = {"fingerprint": run.fingerprint, "folder": str(run.path), "identity": run.identity}
-    return [*callbacks, Preemption(identity=identity)]
+    preemption = Preemption(identity=identity)
+    return [TrainingOver(preemption), *callbacks, preemption]

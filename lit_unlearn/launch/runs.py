@@ -196,8 +196,8 @@ def fit_run(launched: Launched) -> Launched:
             else command
         say(f"interrupted at step {trainer.global_step} by {name}; resume with: {hint}")
         release_claim(run)
-        if isinstance(stop, Preempted):  # every rank stopped at the same boundary: no collective is in flight
-            release_process_group()
+        if isinstance(stop, Preempted) and stop.boundary:  # every rank stopped at the same step: no collective
+            release_process_group()                           # is in flight
         raise SystemExit(128 + int(signum)) from None
     except BaseException as err:
         if not run.remove_if_empty():

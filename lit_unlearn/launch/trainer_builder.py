@@ -10,8 +10,10 @@ __all__ = ["CALLBACK_ORDER", "ordered_callbacks", "build_trainer"]
 
 # The order callbacks run in, by what they read: metric sources measure the start before a stop rule looks;
 # the stop rule restores the weights it chose at train end before anything saves or reports them; the quota
-# controller reads the stop rule's looks; checkpoint callbacks save last; pre-emption handling comes after all.
+# controller reads the stop rule's looks; checkpoint callbacks save last; pre-emption handling comes after all,
+# except the note that training is over, which comes before the final evaluation (its signals stop the run at once).
 CALLBACK_ORDER = (
+    ("training over", ("TrainingOver",)),
     ("metric sources", ("ForgettingVerification", "TofuEvaluation", "HoldoutVerification", "MuseEvaluation")),
     ("stop rules", ("StopAtTarget",)),
     ("controllers", ("QuotaController", "RhoScheduler")),
