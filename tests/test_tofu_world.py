@@ -99,8 +99,8 @@ def world_reports(tofu_world):
         warnings.simplefilter("ignore")
         # The reference report was generated with the world's ROUGE budget: utilities compare only at the same one.
         budget = tofu_world.recipe.eval_max_new_tokens
-        base = TofuEvaluator(tok, splits, max_new_tokens=budget, gradnorm=False).run(
-            CausalLM(name_or_path=str(tofu_world.base)))
+        base = TofuEvaluator(tok, splits, max_new_tokens=budget, gradnorm=False).run(  # its utility: the baseline
+            CausalLM(name_or_path=str(tofu_world.base)), only=["model_utility"])
         target = TofuEvaluator(tok, splits, max_new_tokens=budget, gradnorm=False, reference=str(tofu_world.reference("01")),
                                baseline=base.summary).run(CausalLM(name_or_path=str(tofu_world.target)))
     return target, json.loads(tofu_world.reference("01").read_text()), base
