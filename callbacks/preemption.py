@@ -44,7 +44,8 @@ PREEMPTION_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 
 
 class Preempted(SystemExit):
-    """Training stopped at a step boundary because of a pre-emption signal (a consistent checkpoint exists)."""
+    """A run stopped by a pre-emption signal: at a step boundary, with a consistent checkpoint of that step, or
+    (boundary=False) after training, wherever the signal landed, the run's last checkpoint being the resume point."""
 
     def __init__(self, signum: int, step: int, checkpoint: str | None, boundary: bool = True) -> None:
         super().__init__(128 + int(signum))
