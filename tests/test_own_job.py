@@ -5,7 +5,8 @@ test time, and forget / retain / holdout files with the user's names and columns
   a Hugging Face folder that plain transformers loads with the run's final weights, and TensorBoard logs.
 - Chat messages and plain documents go through the same command.
 - A SIGTERM mid-run, then the resume command the run prints (the README's: the command plus --ckpt_path last),
-  ends on the weights of an uninterrupted run.
+  ends on the weights of an uninterrupted run; a SIGTERM as the final verdict starts ends the run at once, and its
+  resume command gives the verdict without training again.
 - A run's config from `--print_config` is a plain LightningCLI config that runs as `--config`.
 Runs are called in this process except where the process is the point (a signal, its exit code)."""
 
@@ -119,7 +120,7 @@ def _preempted_at_the_final_verdict_then_resumed(command: list[str], job: Path, 
     steps = int(next(a for a in command if a.startswith("--trainer.max_steps=")).split("=")[1])
     assert f"received SIGTERM after training (step {steps})" in cut.stdout
     assert "Reference-free verification:" not in cut.stdout  # stopped, not finished
-    folder = sorted(out.glob("version_*"))[-1]
+    folder = max(out.glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
     record = json.loads((folder / "run.json").read_text())
     assert record["status"] == "interrupted" and record["interrupted_at_step"] == steps
     last = torch.load(folder / "checkpoints/last.ckpt", map_location="cpu", weights_only=True)
