@@ -76,13 +76,18 @@ class Preemption(Callback):
 
     def _stop_now(self, signum: int) -> None:
         trainer = self._finished_training
+        self._stop(trainer, signum, f"received {signal.Signals(signum).name} after training (step "
+                   f"{trainer.global_step}): stopping the final evaluation; resuming redoes it from the last "
+                   "checkpoint", checkpoint=None, boundary=False)
+
+    def _stop(self, trainer, signum: int, message: str, checkpoint: str | None, boundary: bool) -> None:
+        """Say why (first process), ask SLURM to requeue the job where it runs under SLURM, and end the run."""
         self.received = signum
         if trainer.is_global_zero:
-            say(f"received {signal.Signals(signum).name} after training (step {trainer.global_step}): stopping the "
-                "final evaluation; resuming redoes it from the last checkpoint")
+            say(message)
             if self.requeue if self.requeue is not None else bool(os.environ.get("SLURM_JOB_ID")):
                 _requeue()
-        raise Preempted(signum, trainer.global_step, None, boundary=False)
+        raise Preempted(signum, trainer.global_step, checkpoint, boundary)
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         self._finished_training = None
@@ -112,16 +117,8 @@ class Preemption(Callback):
             return
         path = trainer._checkpoint_connector.hpc_save_path(trainer.default_root_dir)
         trainer.save_checkpoint(path)
-        self.received = signum
-        if trainer.is_global_zero:
-            say(f"received {signal.Signals(signum).name} during step {trainer.global_step}: saved {path} at the "
-                "step boundary")
-            if self.requeue if self.requeue is not None else bool(os.environ.get("SLURM_JOB_ID")):
-                _requeue()
-        raise Preempted(signum, trainer.global_step, path)
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        self.training_over(trainer)
+        self._stop(trainer, signum, f"received {signal.Signals(signum).name} during step {trainer.global_step}: "
+                   f"saved {path} at the step boundary", checkpoint=path, boundary=True)
 
     def training_over(self, trainer) -> None:
         """No step boundary is coming: a signal from here on (one already pending included) stops the run at once."""
@@ -158,8 +155,9 @@ class Preemption(Callback):
 
 class TrainingOver(Callback):
     """Placed first among a run's callbacks: tells its Preemption that training is over before any other callback's
-    on_fit_end starts the final evaluation. A run resumed at its last step skips the training loop, and with it
-    on_train_end."""
+    on_fit_end starts the final evaluation. on_fit_end, not on_train_end: a run resumed at its last step skips the
+    training loop, and with it on_train_end; and a signal during Lightning's teardown in between waits here instead
+    of interrupting it."""
 
     def __init__(self, preemption: Preemption) -> None:
         super().__init__()
