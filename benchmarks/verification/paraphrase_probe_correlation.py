@@ -20,30 +20,20 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
-from report import options, publish  # benchmarks/report.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py, the folders
+from report import publish  # benchmarks/report.py  # noqa: E402
+from verification.retain_only_study import (  # noqa: E402
+    listed, over_worlds, pooled_correlations, retain_only_world, study_options)
 
 CONDITIONS = ["none", "paraphrase"]
 
 
 def correlations(worlds: str, seed: int, level: str) -> dict[str, dict[str, float]]:
     """{mode: {attack: ρ}} for the retain-only model of one world and level."""
-    import torch
-
-    torch.set_num_threads(1)
-    from lit_unlearn.data import TofuSource
     from lit_unlearn.metrics.membership_attacks import ATTACKS
-    from lit_unlearn.data.tokenizer import load_tokenizer
-    from lit_unlearn.models import CausalLM
     from lit_unlearn.verification.full_verdict import VerdictSpec
-    from lit_unlearn.verification.verdict_runner import VerdictRunner
-    from lit_unlearn.worlds.tofu_world import TofuWorld, TofuWorldRecipe, world_folder
 
-    world = TofuWorld(world_folder(worlds, seed), seed, TofuWorldRecipe())
-    splits = TofuSource(str(world.data), level).eval_splits()
-    runner = VerdictRunner(load_tokenizer(str(world.tokenizer)), splits["forget"], splits["holdout"], level,
-                           spec=VerdictSpec(paraphrase=True), base=str(world.base), margins=(0.5, 0.5))
-    network = CausalLM(name_or_path=str(world.retain_only(level))).eval()
+    _, runner, network = retain_only_world(worlds, seed, level, VerdictSpec(paraphrase=True))
     pairs: dict[str, dict[str, list[np.ndarray]]] = {"raw": {}, "relative": {}}
     for half in ("steering", "reporting"):
         scored = runner.score(network, half, CONDITIONS)
@@ -57,8 +47,7 @@ def correlations(worlds: str, seed: int, level: str) -> dict[str, dict[str, floa
             if base is not None and para.base is not None and key in base and key in para.base:
                 rel = np.stack([a - np.asarray(base[key], float), b - np.asarray(para.base[key], float)])
                 pairs["relative"].setdefault(attack, []).append(rel)
-    return {mode: {attack: float(np.corrcoef(np.concatenate(chunks, axis=1))[0, 1])
-                   for attack, chunks in by_attack.items()} for mode, by_attack in pairs.items()}
+    return pooled_correlations(pairs)
 
 
 def table(results: dict[tuple[int, str], dict[str, dict[str, float]]]) -> str:
@@ -72,22 +61,13 @@ def table(results: dict[tuple[int, str], dict[str, dict[str, float]]]) -> str:
             raw = [r["raw"].get(attack, float("nan")) for _, r in worlds]
             rel = [r["relative"].get(attack, float("nan")) for _, r in worlds]
             gain = 2.0 / (1.0 + float(np.nanmedian(rel))) if not all(np.isnan(rel)) else float("nan")
-            lines.append(f"| forget{level} | {attack} | {', '.join(f'{v:.2f}' for v in raw)} | "
-                         f"{', '.join(f'{v:.2f}' for v in rel)} | {gain:.2f} |")
+            lines.append(f"| forget{level} | {attack} | {listed(raw)} | {listed(rel)} | {gain:.2f} |")
     return "\n".join(lines)
 
 
 def main() -> None:
-    ap = options(__doc__)
-    ap.add_argument("--worlds", default="runs/tofu/worlds")
-    ap.add_argument("--seeds", default="100,101,102")
-    ap.add_argument("--levels", default="01,05,10")
-    args = ap.parse_args()
-    results = {}
-    for level in args.levels.split(","):
-        for seed in map(int, args.seeds.split(",")):
-            results[(seed, level)] = correlations(args.worlds, seed, level)
-            print(f"world {seed}, forget{level}: done", flush=True)
+    args = study_options(__doc__).parse_args()
+    results = over_worlds(args, correlations, lambda seed, level, _: f"world {seed}, forget{level}: done")
     head = ("# The paraphrased questions as further probes: how much they repeat the original\n\n> Per attack, the "
             "correlation of a forget item's score under its original and its paraphrased question, for the "
             "retain-only models of calibration worlds (never the test worlds).\n> Averaging the two probes per "

@@ -27,8 +27,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py
-from report import command, options, publish  # benchmarks/report.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py, the folders
+from report import command, publish  # benchmarks/report.py  # noqa: E402
+from verification.retain_only_study import (  # noqa: E402
+    listed, over_worlds, pooled_correlations, retain_only_world, study_options)
 
 ATTACKS = ("loss", "min_k", "min_k_plus_plus", "entropy_mean", "entropy_spread", "token_rank")
 
@@ -63,20 +65,9 @@ def half_scores(evaluator, network, rows: list[dict]) -> dict[str, np.ndarray]:
 
 def reliabilities(worlds: str, seed: int, level: str) -> dict[str, dict[str, float]]:
     """{mode: {attack: r (half-split correlation)}} for the retain-only model of one world and level."""
-    import torch
-
-    torch.set_num_threads(1)
-    from lit_unlearn.data import TofuSource
-    from lit_unlearn.data.tokenizer import load_tokenizer
     from lit_unlearn.models import CausalLM
-    from lit_unlearn.verification.verdict_runner import VerdictRunner
-    from lit_unlearn.worlds.tofu_world import TofuWorld, TofuWorldRecipe, world_folder
 
-    world = TofuWorld(world_folder(worlds, seed), seed, TofuWorldRecipe())
-    splits = TofuSource(str(world.data), level).eval_splits()
-    runner = VerdictRunner(load_tokenizer(str(world.tokenizer)), splits["forget"], splits["holdout"], level,
-                           base=str(world.base), margins=(0.5, 0.5))
-    network = CausalLM(name_or_path=str(world.retain_only(level))).eval()
+    world, runner, network = retain_only_world(worlds, seed, level)
     base = CausalLM(name_or_path=str(world.base)).eval()
     chunks: dict[str, dict[str, list[np.ndarray]]] = {"raw": {}, "relative": {}}
     for half in ("steering", "reporting"):
@@ -87,8 +78,7 @@ def reliabilities(worlds: str, seed: int, level: str) -> dict[str, dict[str, flo
             for attack in ATTACKS:
                 chunks["raw"].setdefault(attack, []).append(mine[attack])
                 chunks["relative"].setdefault(attack, []).append(mine[attack] - theirs[attack])
-    return {mode: {attack: float(np.corrcoef(np.concatenate(parts, axis=1))[0, 1]) for attack, parts in by.items()}
-            for mode, by in chunks.items()}
+    return pooled_correlations(chunks)
 
 
 def spearman_brown(r: float) -> float:
@@ -106,23 +96,14 @@ def table(results: dict[tuple[int, str], dict[str, dict[str, float]]]) -> str:
             rel = [spearman_brown(r["relative"][attack]) for r in worlds]
             med = float(np.median(rel))
             gain = f"{1 / med:.2f}" if med > 0 else "– (R ≤ 0: the score is token noise)"
-            lines.append(f"| forget{level} | {attack} | {', '.join(f'{v:.2f}' for v in raw)} | "
-                         f"{', '.join(f'{v:.2f}' for v in rel)} | {1 - med:.2f} | {gain} |")
+            lines.append(f"| forget{level} | {attack} | {listed(raw)} | {listed(rel)} | {1 - med:.2f} | {gain} |")
     return "\n".join(lines)
 
 
 def main() -> None:
-    ap = options(__doc__)
-    ap.add_argument("--worlds", default="runs/tofu/worlds")
-    ap.add_argument("--seeds", default="100,101,102")
-    ap.add_argument("--levels", default="01,05,10")
-    args = ap.parse_args()
-    results = {}
-    for level in args.levels.split(","):
-        for seed in (int(s) for s in args.seeds.split(",")):
-            results[(seed, level)] = reliabilities(args.worlds, seed, level)
-            print(f"seed {seed} forget{level}: " + ", ".join(
-                f"{a} {spearman_brown(r):.2f}" for a, r in results[(seed, level)]["relative"].items()), flush=True)
+    args = study_options(__doc__).parse_args()
+    results = over_worlds(args, reliabilities, lambda seed, level, r: f"seed {seed} forget{level}: " + ", ".join(
+        f"{a} {spearman_brown(v):.2f}" for a, v in r["relative"].items()))
     head = ("# How much of an item's attack score is token noise\n\n> Per attack, the reliability R of an item's "
             "score from all its scored answer tokens (Spearman-Brown from two halves: odd and even positions), for "
             "the retain-only models of calibration worlds (never the test worlds).\n> 1 - R is the share of the "
