@@ -14,7 +14,9 @@ then replays a different batch). Here the handler only records the signal; at th
    with 128 + the signal number. A requeued job relaunching the same command resumes that run by itself.
 
 Once training is over there is no step boundary left to wait for, yet the final evaluation and verdict can take
-minutes (a cluster's SIGKILL follows its SIGTERM within a grace period). A signal from then on stops the run at once
+minutes (a cluster's SIGKILL follows its SIGTERM within a grace period). From the moment the final evaluation
+begins (TrainingOver, the first callback's on_fit_end), a signal, one pending since training ended included, stops
+the run at once
 (`Preempted` with boundary=False, no new checkpoint): the resume point is the run's last checkpoint, and resuming
 it redoes the evaluation without training again.
 
