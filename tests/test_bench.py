@@ -275,3 +275,28 @@ methods:
     assert [g["diverged"] for g in grid if g["method"] == "GA"] == ["", bad[0]["diverged"]]
     run_bench(spec, log=lambda *a: None)  # resumed: every row read back, none run again
     assert len((out / "runs.jsonl").read_text().splitlines()) == len(runs)
+
+
+def test_a_signal_between_runs_stops_the_bench_with_128_plus_it_and_says_how_to_go_on(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """Outside a run's training (building worlds, evaluating a finished run) the signal's default action used to end
+    the bench without a word; now it says how to go on and exits as a pre-empted run does, handlers put back."""
+    import os
+    import signal
+
+    import lit_unlearn.bench.runner as runner
+
+    class SignalledWhileBuildingWorlds:  # the plumbing only: the signal lands where a world would be built
+        def worlds(self, spec, out, log):
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise AssertionError("the signal did not stop the bench")
+
+    monkeypatch.setattr(runner, "get_benchmark", lambda name: SignalledWhileBuildingWorlds())
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped:
+        run_bench(load_bench_spec(packaged_config("bench_tofu_tiny")), tmp_path / "b")
+    assert stopped.value.code == 128 + signal.SIGTERM
+    said = capsys.readouterr().out
+    assert "bench interrupted by SIGTERM between runs" in said and str(tmp_path / "b" / "runs.jsonl") in said
+    assert "run the same command again" in said
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from lightning.pytorch.utilities import rank_zero_only
 
 from lit_unlearn.bench.adapters import World, get_benchmark
+from lit_unlearn.bench.between_runs import stop_between_runs
 from lit_unlearn.bench.spec import BenchSpec, MethodSpec
 from lit_unlearn.core.errors import UserError
 from lit_unlearn.core.console import fmt
@@ -164,28 +165,29 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
             log(f"  {phase:10s} {row['method']:9s} {level} seed {seed} {point or ''}: {shown} ({row['seconds']} s)")
         return done[key]
 
-    tests, val = bench.worlds(spec, out, log)
-    levels = bench.levels(spec)
-    val_levels = bench.validation_levels(spec)
-    chosen: dict[tuple[str, str], tuple[dict, str]] = {}  # (method, level) -> (point, why)
-    for val_level in val_levels:
-        log(f"== grid on the validation world ({bench.level_title(val_level)}, seed {spec.seeds[0]}) ==")
-        target_val = run(val, None, {}, val_level, spec.seeds[0], "validation")
-        for m in methods:
-            rows = [run(val, m, p, val_level, spec.seeds[0], "validation") for p in m.grid_points()]
-            finite = [r for r in rows if not r.get("diverged")]
-            chosen[(m.name, val_level)] = bench.select(finite, target_val, spec.utility_floor, spec.selection) \
-                if finite else (rows[0]["point"], "every point diverged: the first is run on the test worlds")
-            log(f"  {m.name}: chose {chosen[(m.name, val_level)][0]} ({chosen[(m.name, val_level)][1]})")
-    log("== every method x forget level x seed on the test world" + ("s" if len(set(
-        w.name for w in tests.values())) > 1 else "") + " ==")
-    for level in levels:
-        pick = level if level in val_levels else val_levels[0]  # one validation level chooses for every level
-        for seed in spec.seeds:
-            run(tests[seed], None, {}, level, seed, "test")
+    with stop_between_runs(out):
+        tests, val = bench.worlds(spec, out, log)
+        levels = bench.levels(spec)
+        val_levels = bench.validation_levels(spec)
+        chosen: dict[tuple[str, str], tuple[dict, str]] = {}  # (method, level) -> (point, why)
+        for val_level in val_levels:
+            log(f"== grid on the validation world ({bench.level_title(val_level)}, seed {spec.seeds[0]}) ==")
+            target_val = run(val, None, {}, val_level, spec.seeds[0], "validation")
             for m in methods:
-                run(tests[seed], m, chosen[(m.name, pick)][0], level, seed, "test")
-    rows = list(done.values())
-    return write_outputs(spec, bench, out, rows, chosen, val.name, [m.name for m in methods])
+                rows = [run(val, m, p, val_level, spec.seeds[0], "validation") for p in m.grid_points()]
+                finite = [r for r in rows if not r.get("diverged")]
+                chosen[(m.name, val_level)] = bench.select(finite, target_val, spec.utility_floor, spec.selection) \
+                    if finite else (rows[0]["point"], "every point diverged: the first is run on the test worlds")
+                log(f"  {m.name}: chose {chosen[(m.name, val_level)][0]} ({chosen[(m.name, val_level)][1]})")
+        log("== every method x forget level x seed on the test world" + ("s" if len(set(
+            w.name for w in tests.values())) > 1 else "") + " ==")
+        for level in levels:
+            pick = level if level in val_levels else val_levels[0]  # one validation level chooses for every level
+            for seed in spec.seeds:
+                run(tests[seed], None, {}, level, seed, "test")
+                for m in methods:
+                    run(tests[seed], m, chosen[(m.name, pick)][0], level, seed, "test")
+        rows = list(done.values())
+        return write_outputs(spec, bench, out, rows, chosen, val.name, [m.name for m in methods])
 
 

@@ -163,6 +163,8 @@ def _stop_signal(stop: SystemExit) -> int:
 
     if isinstance(stop, Preempted):
         return stop.signum
+    if isinstance(stop.code, int) and stop.code > 128:  # 128 + the signal, as a bench between runs exits
+        return stop.code - 128
     return signal.SIGTERM if stop.code is None else signal.SIGINT  # Lightning's SIGTERM exit, or Ctrl+C (code 1)
 
 
