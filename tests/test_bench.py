@@ -152,6 +152,25 @@ methods:
     run_bench(spec, log=lambda *a: None)  # everything is read back: nothing reruns
     assert (out / "runs.jsonl").read_text() == before
 
+    # the audit switched on afterwards (--audit): each finished test run is judged from its saved final model, none
+    # is trained again, and the reads of the module that made it are those the verdict sets apart
+    folders = sorted(p.relative_to(out) for p in (out / "runs").glob("*/version_*"))
+    spec.audit, spec.seeds = True, [0]  # one test seed is enough here
+    run_bench(spec, only=["HoldoutMatch"], log=lambda *a: None)
+    assert sorted(p.relative_to(out) for p in (out / "runs").glob("*/version_*")) == folders
+    lines = (out / "runs.jsonl").read_text()
+    assert lines.startswith(before)
+    added = [json.loads(x) for x in lines[len(before):].splitlines()]
+    assert sorted((r["method"], r["seed"]) for r in added) == [("HoldoutMatch", 0), ("Target", 0)]
+    assert all(r["phase"] == "test" and r["forgotten"] in (0.0, 1.0) and r["relearn band ratio"] is not None
+               for r in added)
+    matched = [r for r in added if r["method"] == "HoldoutMatch"]  # it reads the surprisal: set apart
+    assert all(r["unread band ratio"] is not None and r["unread band ratio"] <= r["full band ratio"]
+               for r in matched)
+    assert len(list((out / "runs").glob("audit-*/verdict.json"))) == 2
+    run_bench(spec, only=["HoldoutMatch"], log=lambda *a: None)  # audited rows are read back as they are
+    assert (out / "runs.jsonl").read_text() == lines
+
 
 @pytest.mark.slow
 def test_a_small_muse_bench_end_to_end(tmp_path):

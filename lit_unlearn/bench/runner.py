@@ -26,6 +26,7 @@ from lit_unlearn.core.console import fmt
 __all__ = ["run_bench", "unlearn_and_evaluate"]
 
 _fmt = functools.partial(fmt, spec=".3g")  # this table's number format
+AUDITED = "forgotten"  # a column only the audit fills: a finished row without it was run with the audit off
 
 
 def _run_key(world: str, method: str, point: dict, level: str, seed: int, steps: int) -> str:
@@ -49,6 +50,33 @@ def _steps(spec: BenchSpec, method: MethodSpec | None, n_forget: int | None = No
     return spec.steps
 
 
+def _run_plan(spec: BenchSpec, bench, world: World, method: MethodSpec, point: dict, level: str, seed: int,
+              runs: Path) -> tuple[Path, dict, dict, dict]:
+    """Where a method's run at a point lives (runs/KEY, KEY naming what defines it), and its model, trainer and
+    identity specs: one place, so that training and auditing a finished run later find the same folder."""
+    from lit_unlearn.storage.specs import fingerprint
+
+    own = {k: v for k, v in point.items() if not k.startswith("distill.")}
+    args = bench.method_args(world, level, {**method.init_args, **own})
+    model = {"class_path": method.class_path, "init_args": {**args, "network": _network_spec(world)}}
+    trainer = {"max_steps": _steps(spec, method, bench.forget_size(world, level)), "max_epochs": -1,
+               "limit_val_batches": 0, **spec.trainer}
+    identity = {"model": model, "world": world.name, "level": level, "seed": seed, "trainer": trainer}
+    if method.callbacks:  # what the method reads during the run (HoldoutMatch: the holdout measurement)
+        identity["callbacks"] = method.callbacks
+    key = f"{method.name}-{world.name}-forget{level}-seed{seed}-{fingerprint(identity, 8)}"
+    return runs / key, model, trainer, identity
+
+
+def _network_spec(world: World, path: str | None = None) -> dict:
+    return {"class_path": "lit_unlearn.models.CausalLM",
+            "init_args": {"name_or_path": path or world.target, **world.network_args}}
+
+
+def _audit_folder(runs: Path, world: World, method: MethodSpec | None, level: str, seed: int) -> Path:
+    return runs / f"audit-{world.name}-forget{level}-seed{seed}-{method.name if method else 'Target'}"
+
+
 def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpec | None, point: dict, level: str,
                          seed: int, runs: Path = Path("runs"), audit: bool = False) -> dict[str, Any]:
     """One run: the method's module on the world's target for its step budget (through the launch path, in its
@@ -56,26 +84,16 @@ def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpe
     evaluates the target itself (the "before" row)."""
     from lit_unlearn.algorithms.token_passes import training_units
     from lit_unlearn.launch.runs import RunSpec, launch
-    from lit_unlearn.storage.specs import build, fingerprint
+    from lit_unlearn.storage.specs import build
 
-    network = {"class_path": "lit_unlearn.models.CausalLM",
-               "init_args": {"name_or_path": world.target, **world.network_args}}
     t0 = time.perf_counter()
     reads = frozenset()  # the target has no forget objective
     compute: dict[str, Any] = {}
     if method is None:
-        trained = build(network)
+        trained = build(_network_spec(world))
     else:
-        own = {k: v for k, v in point.items() if not k.startswith("distill.")}
-        args = bench.method_args(world, level, {**method.init_args, **own})
-        model = {"class_path": method.class_path, "init_args": {**args, "network": network}}
-        trainer = {"max_steps": _steps(spec, method, bench.forget_size(world, level)), "max_epochs": -1,
-                   "limit_val_batches": 0, **spec.trainer}
-        identity = {"model": model, "world": world.name, "level": level, "seed": seed, "trainer": trainer}
-        if method.callbacks:  # what the method reads during the run (HoldoutMatch: the holdout measurement)
-            identity["callbacks"] = method.callbacks
-        key = f"{method.name}-{world.name}-forget{level}-seed{seed}-{fingerprint(identity, 8)}"
-        launched = launch(RunSpec(runs / key, model, bench.datamodule(world, level, seed, spec, method), trainer,
+        root, model, trainer, identity = _run_plan(spec, bench, world, method, point, level, seed, runs)
+        launched = launch(RunSpec(root, model, bench.datamodule(world, level, seed, spec, method), trainer,
                                   seed=seed, callbacks=[build(c) for c in method.callbacks], identity=identity,
                                   configure=_no_report))
         trained = launched.model.network
@@ -85,9 +103,33 @@ def unlearn_and_evaluate(spec: BenchSpec, bench, world: World, method: MethodSpe
             trained, compute = _distilled(bench, world, level, method, point, launched, compute)
     summary = {**bench.evaluate(world, level, trained, spec, reads), **compute}
     if audit:
-        summary.update(bench.audit(world, level, trained, spec, runs / f"audit-{world.name}-forget{level}-seed{seed}-"
-                                   f"{method.name if method else 'Target'}", reads))
+        summary.update(bench.audit(world, level, trained, spec, _audit_folder(runs, world, method, level, seed),
+                                   reads))
     return bench_row(bench, world, method, point, level, seed, time.perf_counter() - t0, summary)
+
+
+def audit_finished_run(spec: BenchSpec, bench, world: World, method: MethodSpec | None, point: dict, level: str,
+                       seed: int, runs: Path) -> dict[str, Any] | None:
+    """The audit's columns of a run that finished without them (audit switched on after it ran): its final model,
+    read back from its folder, judged as a run with the audit on would have been; None where the folder holds no
+    finished run's model (removed, or a distilled method's, whose model is the distillation's)."""
+    from lit_unlearn.storage.specs import build
+
+    if method is None:
+        network, reads = build(_network_spec(world)), frozenset()
+    elif method.distill is not None:
+        return None
+    else:
+        root, model, _, _ = _run_plan(spec, bench, world, method, point, level, seed, runs)
+        finished = [r for r in (json.loads(p.read_text()) for p in sorted(root.glob("version_*/run.json")))
+                    if r.get("status") == "finished" and r.get("final_model") and Path(r["final_model"]).is_dir()]
+        if not finished:
+            return None
+        # the module built around the final weights: its declared reads are those of the run that made them
+        module = build({**model, "init_args": {**model["init_args"],
+                                               "network": _network_spec(world, finished[-1]["final_model"])}})
+        network, reads = module.network, module.reads_statistics
+    return bench.audit(world, level, network.eval(), spec, _audit_folder(runs, world, method, level, seed), reads)
 
 
 def bench_row(bench, world: World, method: MethodSpec | None, point: dict, level: str, seed: int, seconds: float,
@@ -147,8 +189,22 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
     def run(world, method, point, level, seed, phase):
         steps = _steps(spec, method, bench.forget_size(world, level))
         key = _run_key(world.name, method.name if method else "Target", point, level, seed, steps)
+        audit = spec.audit and phase == "test" and bench.name == "tofu"
+        if key in done and audit and not done[key].get("diverged") and done[key].get(AUDITED) is None:
+            started = time.perf_counter()
+            columns = audit_finished_run(spec, bench, world, method, point, level, seed, out / "runs")
+            if columns is not None:
+                row = {**done[key], **{c: columns[k] for c, k in bench.columns.items() if k in columns}}
+                if rank_zero_only.rank == 0:
+                    with done_file.open("a") as f:  # the later line of a key wins when the file is read back
+                        f.write(json.dumps(row) + "\n")
+                done[key] = row
+                log(f"  {phase:10s} {row['method']:9s} {level} seed {seed} {point or ''}: audited the finished run "
+                    f"({time.perf_counter() - started:.1f} s)")
+            else:
+                log(f"  {phase:10s} {done[key]['method']:9s} {level} seed {seed}: no final model to audit in its "
+                    "folder; its row keeps no audit columns")
         if key not in done:
-            audit = spec.audit and phase == "test" and bench.name == "tofu"
             started = time.perf_counter()
             try:
                 result = unlearn_and_evaluate(spec, bench, world, method, point, level, seed, out / "runs", audit)

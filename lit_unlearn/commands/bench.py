@@ -12,7 +12,7 @@ from lit_unlearn.commands import command
                              "lit-unlearn bench --preset bench_muse_tiny"))
 def bench(preset: str = "bench_tofu_tiny", config: str | None = None, out: str | None = None,
           methods: str | None = None, levels: str | None = None, seeds: str | None = None,
-          steps: int | None = None, epochs: float | None = None) -> None:
+          steps: int | None = None, epochs: float | None = None, audit: bool = False) -> None:
     """Every LLM unlearning method under one setting (same target, retain-only references, step budget and
     evaluation), hyper-parameters chosen per method on a validation world. Interrupted? Run the same command
     again: finished runs are read back from OUT/runs.jsonl and an interrupted run resumes from its checkpoint.
@@ -26,6 +26,8 @@ def bench(preset: str = "bench_tofu_tiny", config: str | None = None, out: str |
         seeds: comma-separated seeds
         steps: override the step budget
         epochs: override the budget in epochs over each forget set (a budget curve: one OUT per value)
+        audit: also give every test run the full verdict (TOFU); a run that finished without it is judged from its
+            saved final model, not trained again
     """
     from lit_unlearn.bench import load_bench_spec, run_bench
     from lit_unlearn.bench.spec import split_method_names
@@ -41,6 +43,8 @@ def bench(preset: str = "bench_tofu_tiny", config: str | None = None, out: str |
         spec.steps, spec.epochs = steps, None  # a step budget given here wins over the config's epochs
     if epochs:
         spec.epochs = epochs
+    if audit:
+        spec.audit = True
     only = split_method_names(methods, [m.name for m in spec.methods]) if methods else None
     results = run_bench(spec, out, only, log=say)
     say("\n" + results.read_text())
