@@ -14,9 +14,9 @@ pooled and per author, scores raw (relative to the base, the base scores zero):
   authors drawn with replacement, every replicate judged by the verdict's interval), the replicates standing in for
   the calibration worlds of the packaged rule.
 
-k, one number per candidate, is the smallest on a grid of 0.05 from 0.5 at which every never-saw-it case of the
-calibration recipe (worlds 100-102, both halves) passes every band, from 0.5 (a margin narrower than the base's
-own reach is allowed: a fine-tuned model may separate less than the base): chosen there only. The test: the transfer
+k, one number per candidate, is the smallest on a grid of 0.05 from 0.5 (a margin narrower than the base's own reach
+is allowed: a fine-tuned model may separate less than the base) at which every never-saw-it case of the calibration
+recipe (worlds 100-102, both halves) passes every band: chosen there only. The test: the transfer
 worlds of verdict_transfer.py (seeds 6 and 7, seven recipes, both halves), where never-saw-it models should pass
 every band (aim >= 90 %) and targets none. "Passes" is every band, power aside; a margin that reaches 0.5 has no
 power and is counted in its own column. The packaged margins' column is read from verdict_transfer.py's cached cases.
@@ -115,7 +115,7 @@ def reaches(forget: dict, holdout: dict, fg: list, hg: list, spec) -> dict[str, 
     attacks = [a for a in ATTACKS if a == "learned" or a in forget]
     f = {k: v for k, v in forget.items() if k in attacks}
     h = {k: v for k, v in holdout.items() if k in attacks}
-    learned = ({k: forget[k] for k in LEARNED_INPUTS if k in forget}, {k: holdout[k] for k in LEARNED_INPUTS if k in holdout})
+    learned = tuple({k: side[k] for k in LEARNED_INPUTS if k in side} for side in (forget, holdout))
     half_margins = ({a: 0.5 for a in attacks}, {a: 0.5 for a in attacks})
     verdict, _ = condition_verdict(f, h, fg, hg, attacks, half_margins, spec, learned)
     return attack_bands(verdict)
@@ -215,22 +215,22 @@ def main() -> None:
 
     from lit_unlearn.verification.full_verdict import VerdictSpec
 
-    def load(w, r, s, m):
-        path = scores_file(w, r, s, level, m)
-        return json.loads(path.read_text()) if path.is_file() else None
-
-    spec = None
     reach = {}  # (w, r, s, model or base-kind) -> {half: {condition: {attack: (pooled, author)}}}
     for w, r, s, m in todo:
-        case = load(w, r, s, m)
-        if case is None:
+        path = scores_file(w, r, s, level, m)
+        if not path.is_file():
             continue
-        spec = spec or VerdictSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in case["spec"].items()})
-        if m == "base":
-            reach[(w, r, s, "base band")] = case_reaches(case, spec)
-            reach[(w, r, s, "base bootstrap")] = case_reaches(case, spec, bootstrap=True)
+        kinds = {"base band": False, "base bootstrap": True} if m == "base" else {m: False}
+        cached = path.with_name(path.stem + "_reaches.json")  # the bootstrap's 16 verdicts a half take a while
+        if cached.is_file() and cached.stat().st_mtime >= path.stat().st_mtime:
+            reaches_of = json.loads(cached.read_text())
         else:
-            reach[(w, r, s, m)] = case_reaches(case, spec)
+            case = json.loads(path.read_text())
+            spec = VerdictSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in case["spec"].items()})
+            reaches_of = {kind: case_reaches(case, spec, boot) for kind, boot in kinds.items()}
+            cached.write_text(json.dumps(reaches_of))
+        for kind in kinds:
+            reach[(w, r, s, kind)] = reaches_of[kind]
 
     def outcomes(worlds_of: list, model: str, candidate: str, k: float) -> list[tuple[bool, int, float]]:
         out = []
@@ -254,9 +254,17 @@ def main() -> None:
         chosen[candidate] = k_pick
         cal = outcomes(calibration, "retain_only", candidate, k_pick or K_GRID[-1])
         lines.append(f"- **{candidate}**: k = {k_pick if k_pick else f'none up to {K_GRID[-1]}'} "
-                     f"({len(cal)} calibration cases; worst band ratio at k = 1: "
-                     f"{max(x[2] for x in outcomes(calibration, 'retain_only', candidate, 1.0)):.2f})")
+                     f"({len(cal)} calibration cases; their worst band ratio at k = 1: "
+                     f"{max(x[2] for x in outcomes(calibration, 'retain_only', candidate, 1.0)):.2f}; at the chosen k, "
+                     f"pooled checks without power in a case: {min(x[1] for x in cal)}-{max(x[1] for x in cal)})")
 
+    packaged = json.loads((REPO / "lit_unlearn/verification/holdout_delta.json").read_text())["margins"][level]["best"]
+    some = next(iter(reach.values()))
+    conditions = list(next(iter(some.values())))
+    checks = sum(len(a) for a in next(iter(some.values())).values())
+    lost = sum(1 for c in conditions for m in packaged["relearning" if c.startswith("relearn") else c].values()
+               if m[0] >= 0.5)  # [pooled, per author, the mode they hold for]
+    lines.append(f"- packaged margins: {lost} of the {checks} pooled checks of a case without power (margin 0.5)")
     rows = ["| recipe | cases | packaged: never-saw-it pass | packaged: targets pass | "
             + " | ".join(f"{c}: never-saw-it pass | {c}: targets pass | {c}: checks without power (mean a case)"
                          for c in chosen) + " |",
@@ -294,12 +302,16 @@ def main() -> None:
     summary = ["", "Over the seven recipes (never-saw-it pass / cases; targets pass / cases):"]
     for name, (a, b, c, d) in totals.items():
         summary.append(f"- {name}: never-saw-it {a}/{b}, targets {c}/{d}")
-    seconds = [load(w, r, s, m)["seconds"] for w, r, s, m in todo if load(w, r, s, m)]
+    seconds = [json.loads(f.read_text())["seconds"] for f in (scores_file(w, r, s, level, m) for w, r, s, m in todo)
+               if f.is_file()]
     head = (f"# Margins from the base model, forget{level}: calibrated on one recipe, tested on the others\n\n"
             f"> Command: `{command()}`. Each model's scoring took {min(seconds):.0f}-{max(seconds):.0f} s of one "
-            "thread (the worlds already built).\n"
+            "thread beside other jobs (the worlds already built). The recipes that change only the fine-tune's "
+            "epochs (4, 12) share the base model of the calibration's recipe at each seed, so their margins are the "
+            "same; the learning rate and the size change the base too.\n"
             "> k chosen on the calibration recipe's worlds "
-            f"({args.calibration_seeds}) only: the smallest on a grid of 0.05 from 0.5 at which every never-saw-it case "
+            f"({args.calibration_seeds}) only: the smallest on a grid of 0.05 from 0.5 at which every never-saw-it "
+            "case "
             "there passes every band. Passing: every band, power aside (a check whose margin reaches 0.5 is counted "
             "apart). The packaged margins' columns are verdict_transfer.py's cached cases.\n\n")
     publish("\n".join(lines) + "\n\n" + "\n".join(rows) + "\n" + "\n".join(summary) + "\n", args.write, head)
