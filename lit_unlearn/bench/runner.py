@@ -113,6 +113,7 @@ def audit_finished_run(spec: BenchSpec, bench, world: World, method: MethodSpec 
     """The audit's columns of a run that finished without them (audit switched on after it ran): its final model,
     read back from its folder, judged as a run with the audit on would have been; None where the folder holds no
     finished run's model (removed, or a distilled method's, whose model is the distillation's)."""
+    from lit_unlearn.launch.run_folder import newest_finished_run
     from lit_unlearn.storage.specs import build
 
     if method is None:
@@ -121,13 +122,12 @@ def audit_finished_run(spec: BenchSpec, bench, world: World, method: MethodSpec 
         return None
     else:
         root, model, _, _ = _run_plan(spec, bench, world, method, point, level, seed, runs)
-        finished = [r for r in (json.loads(p.read_text()) for p in sorted(root.glob("version_*/run.json")))
-                    if r.get("status") == "finished" and r.get("final_model") and Path(r["final_model"]).is_dir()]
-        if not finished:
+        finished = newest_finished_run(root)
+        if not finished or not finished.get("final_model") or not Path(finished["final_model"]).is_dir():
             return None
         # the module built around the final weights: its declared reads are those of the run that made them
         module = build({**model, "init_args": {**model["init_args"],
-                                               "network": _network_spec(world, finished[-1]["final_model"])}})
+                                               "network": _network_spec(world, finished["final_model"])}})
         network, reads = module.network, module.reads_statistics
     return bench.audit(world, level, network.eval(), spec, _audit_folder(runs, world, method, level, seed), reads)
 

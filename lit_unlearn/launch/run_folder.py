@@ -146,6 +146,11 @@ def newest_loadable_checkpoint(folder: Path) -> tuple[Path | None, list[Path]]:
     return None, damaged
 
 
+def newest_finished_run(root: str | Path) -> dict[str, Any] | None:
+    """The run.json of the newest run under `root` that finished, or None."""
+    return next((r for r in map(read_run, _versions(Path(root))) if r and r.get("status") == "finished"), None)
+
+
 def _versions(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
