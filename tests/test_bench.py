@@ -84,6 +84,21 @@ def test_select_point_is_the_smallest_steering_band_ratio_above_the_utility_floo
 
 
 @pytest.mark.slow
+def test_a_runs_log_line_shows_columns_it_has_values_for_with_utility_and_forget_quality():
+    """With the audit on, the table's first columns are the verdict's, which a validation run never has: its log
+    line once read "forgotten n/a decision n/a" for every grid point."""
+    from lit_unlearn.bench.adapters import MuseBenchmark
+    from lit_unlearn.bench.runner import _shown
+
+    validation = {c: None for c in TofuBenchmark.columns} | {"verified": 0.0, "band ratio": 1.7, "MU": 0.62,
+                                                               "FQ (gold)": 3e-4}
+    assert _shown(TofuBenchmark(), validation) == ["verified", "band ratio", "MU", "FQ (gold)"]
+    audited = validation | {"forgotten": 0.0, "decision": "not forgotten"}
+    assert _shown(TofuBenchmark(), audited) == ["forgotten", "decision", "MU", "FQ (gold)"]
+    assert _shown(MuseBenchmark(), {"VerbMem_f": 0.1, "KnowMem_f": 0.2, "KnowMem_r": 0.3}) == \
+        ["VerbMem_f", "KnowMem_f", "KnowMem_r"]
+
+
 def test_a_small_bench_end_to_end_and_resume(tmp_path):
     cfg = tmp_path / "bench.yaml"
     cfg.write_text(f"""

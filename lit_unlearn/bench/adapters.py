@@ -111,6 +111,7 @@ class TofuBenchmark(_Benchmark):
                "FTR": "forget_truth_ratio", "ES": "forget/es", "forget ROUGE": "forget/rouge"}
     optional = ("paraphrase band ratio",)  # shown where the verdict ran that part (VerdictSpec.paraphrase)
     figure = ("MU", "band ratio", False)  # x, y, log y
+    progress = ("MU", "FQ (gold)")  # shown in every run's log line beside its first columns
     criterion = ("the smallest band ratio of the reference-free verification on the steering half among points "
                  "keeping model utility >= {floor:g} x the target's (no retain-only model read)")
     criteria = {"forget_quality": "the largest forget quality against the validation world's retain-only model (the "
@@ -285,6 +286,7 @@ class MuseBenchmark(_Benchmark):
     columns = {"VerbMem_f": "verbmem_f", "KnowMem_f": "knowmem_f", "KnowMem_r": "knowmem_r", "PrivLeak": "privleak",
                "ES": "forget/es", "EM": "forget/em"}
     figure = ("KnowMem_r", "VerbMem_f", False)
+    progress = ("KnowMem_r", "VerbMem_f")
     criterion = ("the smallest |PrivLeak| among points keeping KnowMem_r >= {floor:g} x the target's (MUSE: no "
                  "privacy leak, utility preserved)")
 

@@ -33,6 +33,13 @@ def _run_key(world: str, method: str, point: dict, level: str, seed: int, steps:
     return json.dumps([world, method, point, level, seed, steps], sort_keys=True)
 
 
+def _shown(bench, row: dict) -> list[str]:
+    """The columns a run's log line shows: the first two it has a value for (a validation run or one with the audit
+    off has no verdict columns), then the benchmark's progress columns (utility and the gold standard's measure)."""
+    have = [c for c in bench.columns if row.get(c) is not None]
+    return list(dict.fromkeys([*have[:2], *(c for c in bench.progress if c in have)]))
+
+
 def _no_report(module) -> None:
     module.run_report.enabled = False  # the bench evaluates with the benchmark's own report
 
@@ -217,7 +224,7 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
                     f.write(json.dumps(row) + "\n")
             done[key] = row
             shown = f"diverged: {row['diverged']}" if row.get("diverged") else \
-                " ".join(f"{c} {_fmt(row[c])}" for c in list(bench.columns)[:2])
+                " ".join(f"{c} {_fmt(row[c])}" for c in _shown(bench, row))
             log(f"  {phase:10s} {row['method']:9s} {level} seed {seed} {point or ''}: {shown} ({row['seconds']} s)")
         return done[key]
 
