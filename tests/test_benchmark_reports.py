@@ -46,6 +46,16 @@ def test_ofmu_budget_curve_reads_each_budgets_point_in_budget_order(tmp_path):
     points = curve.curve({30: tmp_path / "e30", 10: tmp_path / "e10"}, "01")
     assert [(e, fq, mu) for e, fq, _, mu, _, _ in points["NPO"]] == [(10, 0.01, 0.65), (30, 0.7, 0.6)]
     assert "0.4 / 0.58" in curve.table(points, "01")  # the paper's NPO beside it
+    # a budget whose run folder is gone, read from its published table: its own level's section, "mean ± ci" cells
+    published = tmp_path / "e3.md"
+    published.write_text("# Bench\n\n## forget01\n\n| method | hyper-parameters | MU | FQ (gold) |\n|---|---|---|---|\n"
+                         "| NPO | lr=0.001 | 0.64 ± 0.02 | 3.0e-03 ± 1.0e-03 |\n\nChosen on validation:\n\n"
+                         "## forget05\n\n| method | hyper-parameters | MU | FQ (gold) |\n|---|---|---|---|\n"
+                         "| NPO | lr=0.001 | 0.5 | 0.9 |\n")
+    points = curve.curve({30: tmp_path / "e30" / "results.csv", 3: published}, "01")
+    assert [(e, fq, fqc, mu, muc) for e, fq, fqc, mu, muc, _ in points["NPO"]] == [(3, 3e-3, 1e-3, 0.64, 0.02),
+                                                                                   (30, 0.7, 0.1, 0.6, 0.01)]
+    assert curve.read_budget(published, "05")["NPO"]["MU ci95"] == "0"
 
 
 def test_robustness_compute_marks_a_point_only_where_all_three_targets_hold():
