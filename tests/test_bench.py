@@ -163,6 +163,9 @@ methods:
     assert t_half_width(1.0, 3) == pytest.approx((high - low) / 2) and t_half_width(1.0, 1) is None
     assert float(table[1]["seconds"]) == pytest.approx(sum(r["seconds"] for r in ga) / 2)  # wall time per method
     assert (out / "figure.png").stat().st_size > 0 and "## forget10" in results.read_text()
+    assert _table_head(results) == ["method", "hyper-parameters", "verified", "band ratio", "worst attack", "MU",
+                                    "FQ (gold)", "seconds"]  # the reader's columns; results.csv has every one
+    assert _terms(results) == _table_head(results)[2:]  # each defined under the table
     before = (out / "runs.jsonl").read_text()
     run_bench(spec, log=lambda *a: None)  # everything is read back: nothing reruns
     assert (out / "runs.jsonl").read_text() == before
@@ -185,6 +188,19 @@ methods:
     assert len(list((out / "runs").glob("audit-*/verdict.json"))) == 2
     run_bench(spec, only=["HoldoutMatch"], log=lambda *a: None)  # audited rows are read back as they are
     assert (out / "runs.jsonl").read_text() == lines
+    # the full verdict's columns take the first verification's place in the table
+    assert _table_head(results)[2:5] == ["decision", "full band ratio", "fails on"]  # (detectable AUC: none here)
+    assert "verified" not in _table_head(results) and _terms(results) == _table_head(results)[2:]
+
+
+def _table_head(results) -> list[str]:
+    head = next(line for line in results.read_text().splitlines() if line.startswith("| method |"))
+    return [c.strip() for c in head.strip("|").split("|")]
+
+
+def _terms(results) -> list[str]:
+    text = results.read_text().split("Terms:", 1)[1]
+    return [line.split("**")[1] for line in text.splitlines() if line.startswith("- **")]
 
 
 @pytest.mark.slow
@@ -214,6 +230,7 @@ methods:
     assert next(r for r in runs if r["phase"] == "test" and r["method"] == "NPO")["point"] == expected
     text = results.read_text()
     assert "MUSE forget set" in text and "| NPO |" in text and (results.parent / "figure.png").is_file()
+    assert set(_terms(results)) == set(_table_head(results)[2:]) >= {"VerbMem_f", "KnowMem_r", "seconds"}
 
 
 def test_the_figures_draw_every_method_however_many_the_bench_has(tmp_path):

@@ -110,6 +110,31 @@ class TofuBenchmark(_Benchmark):
                "FQ (gold)": "forget_quality", "AUC vs retain-only (gold)": "verification/forget_vs_retain_only_auc",
                "FTR": "forget_truth_ratio", "ES": "forget/es", "forget ROUGE": "forget/rouge"}
     optional = ("paraphrase band ratio",)  # shown where the verdict ran that part (VerdictSpec.paraphrase)
+    # results.md shows what a reader compares methods by; results.csv keeps every column. The first verification's
+    # columns give way to the full verdict's where the audit ran.
+    table_columns = ("decision", "full band ratio", "fails on", "detectable AUC", "verified", "band ratio",
+                     "worst attack", "MU", "FQ (gold)", "seconds")
+    superseded_by_audit = ("verified", "band ratio", "worst attack")
+    terms = {
+        "decision": "the full verdict on the reporting half (docs/guide/verdict.md): forgotten, not forgotten, or "
+                    "undecided (too little data to decide), with how many seeds gave each",
+        "full band ratio": "the full verdict's band ratio: the widest reach from 0.5 of any attack's AUC interval "
+                           "(forget against holdout items), divided by that attack's calibrated margin, over every "
+                           "condition (as it is, relearned, at 4 bits, paraphrased); at most 1 passes",
+        "fails on": "where the verdict is \"not forgotten\": the attack (pooled, or one author's items) and the "
+                    "condition that reach furthest, with how many seeds",
+        "detectable AUC": "the smallest true forget-against-holdout AUC the verdict fails 80 % of the time, before "
+                          "any attack on the weights",
+        "verified": "whether the verdict before any attack on the weights passes on the reporting half (the mean "
+                    "over seeds: the share that pass)",
+        "band ratio": "that verdict's band ratio (as above, the model as it is)",
+        "worst attack": "the attack (pooled, or one author's items) that reaches furthest there",
+        "MU": "TOFU's model utility: the harmonic mean of the answer probability, ROUGE-L and truth ratio on the "
+              "retain, real-author and world-fact items",
+        "FQ (gold)": "TOFU's forget quality: the p-value of a KS test between the forget items' truth ratios under "
+                     "this model and under the retain-only model (the gold standard; no decision reads it)",
+        "seconds": "wall time a run: unlearning and the evaluation (and the audit where it ran with the run)",
+    }
     figure = ("MU", "band ratio", False)  # x, y, log y
     progress = ("MU", "FQ (gold)")  # shown in every run's log line beside its first columns
     criterion = ("the smallest band ratio of the reference-free verification on the steering half among points "
@@ -287,6 +312,17 @@ class MuseBenchmark(_Benchmark):
                "ES": "forget/es", "EM": "forget/em"}
     figure = ("KnowMem_r", "VerbMem_f", False)
     progress = ("KnowMem_r", "VerbMem_f")
+    terms = {
+        "VerbMem_f": "ROUGE-L F1 x 100 of the greedy 128-token continuation of each forget text's prompt against its "
+                     "ground truth (verbatim memorisation; MUSE's formula)",
+        "KnowMem_f": "ROUGE-L F1 x 100 of greedy answers to the forget set's questions after a few-shot prompt",
+        "KnowMem_r": "the same on the retain set's questions (utility)",
+        "PrivLeak": "(AUC - AUC of the retrained model) / the retrained model's AUC x 100, the Min-40 % attack's AUC "
+                    "between forget and holdout texts; near 0 is no leak",
+        "ES": "extraction strength of the verbatim forget texts, teacher-forced",
+        "EM": "exact memorisation of the verbatim forget texts, teacher-forced",
+        "seconds": "wall time a run: unlearning and the evaluation",
+    }
     criterion = ("the smallest |PrivLeak| among points keeping KnowMem_r >= {floor:g} x the target's (MUSE: no "
                  "privacy leak, utility preserved)")
 

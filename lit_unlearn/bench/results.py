@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lit_unlearn.bench.spec import BenchSpec
 
-__all__ = ["write_outputs", "aggregate", "chosen_point", "shown_columns"]
+__all__ = ["write_outputs", "aggregate", "chosen_point", "shown_columns", "table_columns"]
 
 
 def _mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
@@ -76,6 +76,16 @@ def shown_columns(bench, rows: list[dict]) -> list[str]:
     return [c for c in [*bench.columns, "seconds"] if c not in optional or any(r.get(c) is not None for r in rows)]
 
 
+def table_columns(bench, columns: list[str], table: list[dict]) -> list[str]:
+    """The columns of results.md: the benchmark's reader's columns (all shown ones where it names none) that some row
+    has a value for; the first verification's give way to the full verdict's where the audit ran."""
+    wanted = getattr(bench, "table_columns", None) or columns
+    filled = [c for c in wanted if c in columns and any(r.get(c) is not None for r in table)]
+    if "decision" in filled:
+        filled = [c for c in filled if c not in getattr(bench, "superseded_by_audit", ())]
+    return filled
+
+
 def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: dict, val_world: str,
                   order: list[str]) -> Path:
     """chosen: {(method, validation level): (point, why)}."""
@@ -101,17 +111,20 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
     budget = f"{spec.epochs:g} epochs over each forget set" if spec.epochs else f"{spec.steps} steps"
     lines = [f"# Bench ({bench.name.upper()}): every method, one setting ({budget}, batch "
              f"{spec.batch_size}, seeds {spec.seeds})", "",
-             "Mean over seeds ± the half-width of its 95 % t-interval (results.csv has the std too). "
-             "Hyper-parameters chosen on the validation world: "
+             "Mean over seeds ± the half-width of its 95 % t-interval. results.csv beside this table has every "
+             "column, with the std. Hyper-parameters chosen on the validation world: "
              f"{bench.criterion_for(spec.selection).format(floor=spec.utility_floor)}. Target = before unlearning.", ""]
+    shown = table_columns(bench, columns, table)
     for level in sorted({r["level"] for r in table}):
         lines += [f"## {bench.level_title(level)}", "",
-                  "| method | hyper-parameters | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
+                  "| method | hyper-parameters | " + " | ".join(shown) + " |", "|---|---|" + "---|" * len(shown)]
         for r in table:
             if r["level"] == level:
                 lines.append(f"| {r['method']} | {_point(r['point'])} | " +
-                             " | ".join(_cell(r[c], r[c + ' ci95'], c) for c in columns) + " |")
+                             " | ".join(_cell(r[c], r[c + ' ci95'], c) for c in shown) + " |")
         lines.append("")
+    terms = getattr(bench, "terms", {})
+    lines += ["Terms:", ""] + [f"- **{c}**: {terms[c]}" for c in shown if c in terms] + [""]
     lines += ["Chosen on validation:", ""] + [f"- {m} ({bench.level_title(lv)}): {_point(p)} ({why})"
                                              for (m, lv), (p, why) in chosen.items()]
     (out / "results.md").write_text("\n".join(lines) + "\n")
