@@ -59,7 +59,8 @@ setup(
         "lit_unlearn.configs": "configs",
     },
     package_data={"lit_unlearn.configs": ["*.yaml", "*/*.yaml", "*/*/*.yaml"], "lit_unlearn.data": ["tofu_release/*"],
-                  "lit_unlearn.verification": ["*.json"]},
+                  "lit_unlearn.verification": ["*.json"],
+                  "lit_unlearn.worlds": ["prebuilt/*/*.json", "prebuilt/*/*/*"]},
     include_package_data=True,
     # torch is pinned by the install instructions (a CPU wheel is installed first); a range here keeps pip
     # from replacing it.

@@ -26,7 +26,7 @@ def shared_folder(tmp_path_factory, name):
 
 # The TOFU world the tests share, cached across sessions under a folder keyed by its recipe, seed, release and the
 # source that builds it (lit_unlearn.worlds.tofu_world.world_folder): a changed builder makes a new world. A prebuilt
-# copy ships in tests/data/tofu_world (tests/shipped_world.py) and fills an empty cache in seconds.
+# copy ships with the package (lit_unlearn/worlds/prebuilt_world.py) and fills an empty cache in seconds.
 WORLDS = Path(os.environ.get("LIT_UNLEARN_TEST_WORLDS", Path.home() / ".cache" / "lit-unlearn" / "worlds"))
 WORLD_LEVELS = ("01",)
 

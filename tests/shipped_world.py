@@ -1,6 +1,6 @@
-"""The tests' shared TOFU world, shipped prebuilt: its tokenizer, base, target and forget01 retain-only model and
-that model's report (about 7 MB in tests/data/tofu_world/) are copied into the world cache instead of being trained
-there, which took 3-6 CPU-minutes of every test run from an empty cache.
+"""The shared TOFU world, shipped prebuilt with the package (lit_unlearn/worlds/prebuilt_world.py): its tokenizer,
+base, target and forget01 retain-only model and that model's report are copied into the world cache instead of being
+trained there, which took 3-6 CPU-minutes of every test run from an empty cache.
 
 The copy is used only when its folder name, seed{S}-{world_key}, is the current builder's (the key covers the recipe,
 the seed, the release and the builder's source): a changed builder builds the world as before, and
@@ -19,13 +19,10 @@ import shutil
 import sys
 from pathlib import Path
 
-SHIPPED = Path(__file__).resolve().parent / "data" / "tofu_world"
-SEED = 0
-MODELS = ("base", "target", "retain_only_01")
-MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-               "tokenizer_config.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-REPORT = "retain_only_01_eval.json"  # redone by prepare_tofu_world where the evaluation code has changed since
+from lit_unlearn.worlds.prebuilt_world import (MODEL_FILES, MODELS, PREBUILT, REPORT, SEED, TOKENIZER_FILES,
+                                               install_prebuilt)
+
+SHIPPED = PREBUILT
 
 
 def shipped_folder(root) -> Path:
@@ -36,34 +33,16 @@ def shipped_folder(root) -> Path:
 
 
 def install_shipped_world(root) -> bool:
-    """Copy the shipped world into `root` where it is the current builder's and `root` lacks its models. Each part
-    lands under a temporary name and is renamed into place, so an interrupted copy leaves nothing half-written that
-    the builder would take for a model. True if anything was copied."""
+    """Copy the shipped world into `root` where it is the current builder's and `root` lacks its parts, under the
+    world's lock (the lock prepare_tofu_world takes: never beside a build). True if anything was copied."""
     from filelock import FileLock
 
-    from lit_unlearn.storage.files import atomic_path, replace_folder
     from lit_unlearn.worlds.tofu_world import world_folder
 
     folder = world_folder(root, SEED)
-    source = SHIPPED / folder.name  # shipped_folder(root), without computing the key again
-    if not source.is_dir():
-        return False
     folder.mkdir(parents=True, exist_ok=True)
-    copied = False
-    with FileLock(str(folder) + ".lock"):  # the lock prepare_tofu_world takes: never beside a build
-        for part in ("tokenizer", *MODELS):
-            marker = "tokenizer.json" if part == "tokenizer" else "config.json"
-            if (folder / part / marker).is_file():
-                continue
-            partial = folder / f".{part}.partial"
-            shutil.rmtree(partial, ignore_errors=True)
-            replace_folder(shutil.copytree(source / part, partial), folder / part)
-            copied = True
-        if not (folder / REPORT).is_file() and (source / REPORT).is_file():
-            with atomic_path(folder / REPORT, fsync=False) as tmp:
-                shutil.copyfile(source / REPORT, tmp)
-            copied = True
-    return copied
+    with FileLock(str(folder) + ".lock"):
+        return bool(install_prebuilt(folder))
 
 
 def prepare_test_world(root, levels=("01",), log=lambda *a: None):

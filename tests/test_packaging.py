@@ -36,6 +36,10 @@ def test_a_wheel_installed_elsewhere_has_the_callbacks_configs_and_data_and_runs
                    "lit_unlearn/data/tofu_release/tofu.tar.xz", "lit_unlearn/verification/holdout_delta.json",
                    "lit_unlearn/launch/__init__.py", "lit_unlearn/worlds/__init__.py"):
         assert needed in names, needed
+    from lit_unlearn.worlds.prebuilt_world import PREBUILT  # the world tofu-demo copies instead of training it
+
+    shipped = sorted(p.relative_to(PREBUILT.parent.parent.parent).as_posix() for p in PREBUILT.rglob("*") if p.is_file())
+    assert len(shipped) >= 18 and set(shipped) <= set(names), sorted(set(shipped) - set(names))
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     elsewhere = tmp_path / "elsewhere"

@@ -284,24 +284,25 @@ def test_a_world_is_built_for_real_from_the_release_on_a_small_recipe(tmp_path):
     assert len(report["per_item"]["forget"]["truth_ratio"]) == ROWS["forget01"]
 
 
-def test_the_shipped_test_world_is_the_current_builders_and_installs_whole(tmp_path):
-    """The prebuilt world the tests read (tests/shipped_world.py) is the one the current builder would make (its
-    folder carries the builder's key) with a report of the current evaluation code, and it lands whole: a part left
-    half-copied by an interrupted install is replaced, a complete one kept."""
+def test_the_shipped_world_is_the_current_builders_installs_whole_and_the_builder_takes_it(tmp_path):
+    """The prebuilt world the package ships (lit_unlearn/worlds/prebuilt_world.py) is the one the current builder would
+    make (its folder carries the builder's key) with a report of the current evaluation code, and it lands whole: a
+    part left half-copied by an interrupted install is replaced, a complete one kept; the builder installs it itself
+    (tofu-demo and the bench read it from an empty cache)."""
     import shipped_world as sw
 
     from lit_unlearn.worlds.tofu_world import world_folder
 
     assert sw.shipped_folder(tmp_path).is_dir(), (
-        "the shipped test world is not the current builder's: run `python tests/shipped_world.py` and commit "
-        "tests/data/tofu_world")
+        "the shipped world is not the current builder's: run `python tests/shipped_world.py` and commit "
+        "lit_unlearn/worlds/prebuilt")
     assert [p.name for p in sw.SHIPPED.iterdir()] == [sw.shipped_folder(tmp_path).name]  # no stale copy beside it
     from lit_unlearn.worlds.tofu_world import REPORT_SOURCES, _source_digest
 
     report = json.loads((sw.shipped_folder(tmp_path) / sw.REPORT).read_text())
     assert report["evaluated_by"] == _source_digest(REPORT_SOURCES)[:12], (
         "the shipped world's report predates the evaluation code (an empty cache would evaluate it again): run "
-        "`python tests/shipped_world.py` and commit tests/data/tofu_world")
+        "`python tests/shipped_world.py` and commit lit_unlearn/worlds/prebuilt")
     folder = world_folder(tmp_path, sw.SEED)
     (folder / "target").mkdir(parents=True)
     (folder / "target" / "model.safetensors").write_bytes(b"half")  # no config.json: an interrupted copy
@@ -310,4 +311,12 @@ def test_the_shipped_test_world_is_the_current_builders_and_installs_whole(tmp_p
     for part in sw.MODELS:
         for name in sw.MODEL_FILES:
             assert (folder / part / name).read_bytes() == (source / part / name).read_bytes(), (part, name)
+    # the builder takes it from there: an empty world folder of seed 0 is filled from the copy, nothing trained
+    from lit_unlearn.worlds.tofu_world import prepare_tofu_world
+
+    said = []
+    world = prepare_tofu_world(tmp_path / "fresh_root", seed=sw.SEED, levels=("01",), log=said.append)
+    assert any("copied from the world shipped with the package" in line for line in said), said
+    assert not any("epochs on" in line for line in said), said  # no fine-tune ran
+    assert (world.target / "model.safetensors").read_bytes() == (source / "target" / "model.safetensors").read_bytes()
     assert not list(folder.glob(".*.partial"))

@@ -261,6 +261,12 @@ def _prepare(world: TofuWorld, levels: list[str], fresh: bool, log) -> TofuWorld
     if fresh and world.folder.exists():
         shutil.rmtree(world.folder)
         world.folder.mkdir(parents=True)
+    if not fresh:  # seed 0 of the default recipe ships prebuilt: the builder then makes only what it lacks
+        from lit_unlearn.worlds.prebuilt_world import install_prebuilt
+
+        if copied := install_prebuilt(world.folder):
+            log(f"== the TOFU world (seed {world.seed}) in {world.folder}: {', '.join(copied)} copied from the "
+                "world shipped with the package (the same builder and recipe; --fresh builds them here) ==")
     tokenizer = _build_models(world, levels, log)
     _build_reports(world, levels, tokenizer, log)
     return world
