@@ -21,7 +21,7 @@ LEVEL_PRESETS = {"10": "tofu_tiny_holdout_match_10"}
 def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None, seed: int = 0,
               level: Literal["01", "05", "10"] = "01", fresh: bool = False, generated: bool = False,
               worlds: str = f"{ROOT}/worlds", audit: bool = False, distill: str | None = None) -> None:
-    """The offline TOFU job (4 min 49 s from nothing on a 2-core AVX512 machine; measured in
+    """The offline TOFU job (2 min 54 s from nothing on a 2-core AVX2 machine, 5 min 14 s with --fresh; measured in
     docs/findings/tofu-world.md): a world built from the real TOFU release
     shipped with the package (40 of its authors, its forget, perturbed, holdout and general-knowledge splits), a
     tiny Llama target fine-tuned on the retain and forget authors together, a retain-only model (the gold
@@ -31,12 +31,13 @@ def tofu_demo(lightning_args: list[str], preset: str, target: str | None = None,
     steered to the holdout items', the retain set kept) stops at "holdout_band_ratio <= 1 and model_utility_ratio
     >= 0.95" and ends on the closest weights (at --level 10, tofu_tiny_holdout_match_10: half the rate, up to 300
     steps); `--preset tofu_tiny_hamu` runs HAMU instead. Worlds are cached
-    under runs/tofu/worlds/ (--worlds, one folder per seed and recipe) and runs/tofu/world points at the one in use.
+    under runs/tofu/worlds/ (--worlds, one folder per seed and recipe) and runs/tofu/world points at the one in use;
+    the world of seed 0 ships prebuilt with the package and is copied there, not trained.
 
     Args:
         seed: the world seed (the models' initialisation and batch order) and the unlearning run's seed
         level: the forget level: forget01 (2 authors), forget05 (10) or forget10 (20)
-        fresh: build the world's models and reports again
+        fresh: build the world's models and reports here, again (seed 0's too, instead of the prebuilt copy)
         generated: use the generated fictitious-author stand-in instead of the real release (runs/tofu/generated)
         worlds: where worlds are built and cached (share one across projects)
         audit: then the full verdict on the result beside the world's target and retain-only model (relearning,
