@@ -169,6 +169,10 @@ methods:
     before = (out / "runs.jsonl").read_text()
     run_bench(spec, log=lambda *a: None)  # everything is read back: nothing reruns
     assert (out / "runs.jsonl").read_text() == before
+    spec.seeds, spec.grid_seed = [1], 0  # a job of one test seed (`--seeds 1`) shares the grid run at seed 0
+    run_bench(spec, log=lambda *a: None)
+    assert (out / "runs.jsonl").read_text() == before
+    spec.seeds, spec.grid_seed = [0, 1], None
 
     # the audit switched on afterwards (--audit): each finished test run is judged from its saved final model, none
     # is trained again, and the reads of the module that made it are those the verdict sets apart
@@ -201,6 +205,25 @@ def _table_head(results) -> list[str]:
 def _terms(results) -> list[str]:
     text = results.read_text().split("Terms:", 1)[1]
     return [line.split("**")[1] for line in text.splitlines() if line.startswith("- **")]
+
+
+def test_seeds_on_the_command_line_keep_the_configs_grid_seed(tmp_path, monkeypatch):
+    """`--seeds 2` runs test seed 2 against the grid the config's first seed ran, so jobs of one seed each can share
+    an output folder; the grid's seed would otherwise follow the first seed given and run the whole grid again."""
+    import lit_unlearn.bench as bench_package
+    from lit_unlearn.commands.bench import bench
+
+    seen = []
+
+    def fake_run_bench(spec, out, only, log):
+        seen.append((spec.seeds, spec.grid_seed))
+        (tmp_path / "results.md").write_text("table")
+        return tmp_path / "results.md"
+
+    monkeypatch.setattr(bench_package, "run_bench", fake_run_bench)
+    bench(preset="bench_tofu_ofmu_paper", seeds="2")
+    bench(preset="bench_tofu_ofmu_paper")
+    assert seen == [([2], 0), ([0, 1, 2], None)]
 
 
 @pytest.mark.slow

@@ -33,6 +33,17 @@ def _run_key(world: str, method: str, point: dict, level: str, seed: int, steps:
     return json.dumps([world, method, point, level, seed, steps], sort_keys=True)
 
 
+def _append_row(done_file: Path, row: dict) -> None:
+    """One finished run's line, appended in one write: jobs of different seeds may share one runs.jsonl."""
+    import os
+
+    fd = os.open(done_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(row) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
 def _shown(bench, row: dict) -> list[str]:
     """The columns a run's log line shows: the first two it has a value for (a validation run or one with the audit
     off has no verdict columns), then the benchmark's progress columns (utility and the gold standard's measure)."""
@@ -202,9 +213,8 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
             columns = audit_finished_run(spec, bench, world, method, point, level, seed, out / "runs")
             if columns is not None:
                 row = {**done[key], **{c: columns[k] for c, k in bench.columns.items() if k in columns}}
-                if rank_zero_only.rank == 0:
-                    with done_file.open("a") as f:  # the later line of a key wins when the file is read back
-                        f.write(json.dumps(row) + "\n")
+                if rank_zero_only.rank == 0:  # the later line of a key wins when the file is read back
+                    _append_row(done_file, row)
                 done[key] = row
                 log(f"  {phase:10s} {row['method']:9s} {level} seed {seed} {point or ''}: audited the finished run "
                     f"({time.perf_counter() - started:.1f} s)")
@@ -220,8 +230,7 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
                           "diverged": str(err).splitlines()[0]}
             row = {**result, "phase": phase, "steps": steps}
             if rank_zero_only.rank == 0:  # every process runs the same loop; one writes
-                with done_file.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
+                _append_row(done_file, row)
             done[key] = row
             shown = f"diverged: {row['diverged']}" if row.get("diverged") else \
                 " ".join(f"{c} {_fmt(row[c])}" for c in _shown(bench, row))
@@ -233,11 +242,12 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
         levels = bench.levels(spec)
         val_levels = bench.validation_levels(spec)
         chosen: dict[tuple[str, str], tuple[dict, str]] = {}  # (method, level) -> (point, why)
+        grid_seed = spec.seeds[0] if spec.grid_seed is None else spec.grid_seed
         for val_level in val_levels:
-            log(f"== grid on the validation world ({bench.level_title(val_level)}, seed {spec.seeds[0]}) ==")
-            target_val = run(val, None, {}, val_level, spec.seeds[0], "validation")
+            log(f"== grid on the validation world ({bench.level_title(val_level)}, seed {grid_seed}) ==")
+            target_val = run(val, None, {}, val_level, grid_seed, "validation")
             for m in methods:
-                rows = [run(val, m, p, val_level, spec.seeds[0], "validation") for p in m.grid_points()]
+                rows = [run(val, m, p, val_level, grid_seed, "validation") for p in m.grid_points()]
                 finite = [r for r in rows if not r.get("diverged")]
                 chosen[(m.name, val_level)] = bench.select(finite, target_val, spec.utility_floor, spec.selection) \
                     if finite else (rows[0]["point"], "every point diverged: the first is run on the test worlds")

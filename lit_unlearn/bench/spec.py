@@ -59,6 +59,8 @@ class BenchSpec:
     methods: list[MethodSpec]
     forget_levels: list[str] = field(default_factory=lambda: list(LEVELS))
     seeds: list[int] = field(default_factory=lambda: [0])
+    grid_seed: int | None = None        # the validation runs' seed (None: the first of `seeds`); `--seeds` keeps
+                                        # the config's, so test seeds can run as separate jobs on one OUT
     steps: int = 40
     epochs: float | None = None         # the budget in epochs over each level's forget set (wins over steps)
     audit: bool = False                 # the full verdict on every test run (TOFU): relearning, 4-bit, all attacks

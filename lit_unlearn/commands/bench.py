@@ -23,7 +23,8 @@ def bench(preset: str = "bench_tofu_tiny", config: str | None = None, out: str |
         out: output folder (default: the config's out_dir)
         methods: comma-separated subset of the config's methods (names holding commas are matched whole)
         levels: comma-separated forget levels (01,05,10)
-        seeds: comma-separated seeds
+        seeds: comma-separated test seeds; the validation grid keeps the config's first seed, so several jobs
+            (one seed each) can share one OUT once its grid is done
         steps: override the step budget
         epochs: override the budget in epochs over each forget set (a budget curve: one OUT per value)
         audit: also give every test run the full verdict (TOFU); a run that finished without it is judged from its
@@ -37,7 +38,8 @@ def bench(preset: str = "bench_tofu_tiny", config: str | None = None, out: str |
     spec = load_bench_spec(config or packaged_config(preset, ("bench",), "bench"))
     if levels:
         spec.forget_levels = [x.strip().zfill(2) for x in levels.split(",")]
-    if seeds:
+    if seeds:  # test seeds: the grid keeps the config's first, so jobs of different seeds share one grid
+        spec.grid_seed = spec.seeds[0] if spec.grid_seed is None else spec.grid_seed
         spec.seeds = [int(x) for x in seeds.split(",")]
     if steps:
         spec.steps, spec.epochs = steps, None  # a step budget given here wins over the config's epochs
