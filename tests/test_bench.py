@@ -256,6 +256,24 @@ methods:
     assert set(_terms(results)) == set(_table_head(results)[2:]) >= {"VerbMem_f", "KnowMem_r", "seconds"}
 
 
+def test_a_grid_only_bench_writes_its_grid_without_a_table_to_draw(tmp_path):
+    """forget_levels: [] beside a validation_level runs the validation grid alone (its rows serve later benches on
+    the same OUT): the outputs are written without test rows; drawing the empty summary figure once crashed."""
+    from lit_unlearn.bench.results import write_outputs
+    from lit_unlearn.bench.spec import BenchSpec, MethodSpec
+
+    spec = BenchSpec(methods=[MethodSpec("OFMU", "lit_unlearn.modules.OFMUModule")], forget_levels=[],
+                     validation_level="01")
+    rows = [{"world": "world_validation", "method": m, "point": p, "level": "01", "seed": 0, "phase": "validation",
+             "MU": mu, "band ratio": 1.5, "FQ (gold)": 1e-3} for m, p, mu in
+            (("Target", {}, 0.66), ("OFMU", {"rho": 0.1}, 0.65))]
+    results = write_outputs(spec, TofuBenchmark(), tmp_path, rows, {("OFMU", "01"): ({"rho": 0.1}, "why")},
+                            "world_validation", ["OFMU"])
+    assert results.is_file() and not (tmp_path / "figure.png").exists()
+    grid = list(csv.DictReader((tmp_path / "grid.csv").open()))
+    assert [(g["method"], g["chosen"]) for g in grid] == [("Target", "False"), ("OFMU", "True")]
+
+
 def test_the_figures_draw_every_method_however_many_the_bench_has(tmp_path):
     """The packaged TOFU bench has 11 rows (10 methods and the target): more than one 10-colour palette."""
     from lit_unlearn.bench.results import _figure, _pareto

@@ -128,7 +128,8 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
     lines += ["Chosen on validation:", ""] + [f"- {m} ({bench.level_title(lv)}): {_point(p)} ({why})"
                                              for (m, lv), (p, why) in chosen.items()]
     (out / "results.md").write_text("\n".join(lines) + "\n")
-    figures = {"results": _figure(table, out / "figure.png", *bench.figure, bench.level_title)}
+    # a grid-only bench (forget_levels: [] beside a validation_level) has no test runs to draw
+    figures = {"results": _figure(table, out / "figure.png", *bench.figure, bench.level_title)} if table else {}
     for level in sorted({r["level"] for r in rows}):
         figures[f"pareto/{level}"] = _pareto(rows, level, chosen, val_world, out / f"pareto_{level}.png",
                                              *bench.figure, bench.level_title)
