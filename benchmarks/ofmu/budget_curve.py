@@ -77,6 +77,15 @@ def curve(runs: dict[int, Path], level: str) -> dict[str, list[tuple[int, float,
     return out
 
 
+def _point(hp: str) -> str:
+    """A point as the bench's table writes it ("lr=0.001", "-"), from the CSV's JSON or the table's own text."""
+    import json
+
+    if hp.startswith("{"):
+        return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in json.loads(hp).items()) or "-"
+    return hp
+
+
 def table(points: dict[str, list], level: str) -> str:
     budgets = sorted({e for pts in points.values() for e, *_ in pts})
     head = "| method | " + " | ".join(f"{e} epochs: FQ / MU (point)" for e in budgets) + " | paper (7B, forget01) |"
@@ -89,7 +98,7 @@ def table(points: dict[str, list], level: str) -> str:
                 cells.append("–")
                 continue
             fq, fqc, mu, muc, hp = by[e]
-            cells.append(f"{fq:.2g} ± {fqc:.2g} / {mu:.3f} ± {muc:.3f} ({hp if hp != '{}' else '-'})")
+            cells.append(f"{fq:.2g} ± {fqc:.2g} / {mu:.3f} ± {muc:.3f} ({_point(hp)})")
         paper = PAPER.get(method)
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {f'{paper[0]:.3g} / {paper[1]}' if paper and level == '01' else '–'} |")
     return "\n".join(lines)
