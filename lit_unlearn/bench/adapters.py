@@ -71,6 +71,9 @@ def _best(rows: list[dict], key, ok) -> dict | None:
 
 class _Benchmark:
     criteria: dict[str, str] = {}
+    progress: tuple[str, ...] = ()        # the columns every run's log line shows
+    table_columns: tuple[str, ...] = ()   # results.md's columns (empty: all)
+    terms: dict[str, str] = {}            # each shown column's meaning, written under the table
 
     def criterion_for(self, selection: str = "verdict") -> str:
         """The validation rule as the report states it."""
