@@ -46,10 +46,10 @@ def install_shipped_world(root) -> bool:
 
 
 def prepare_test_world(root, levels=("01",), log=lambda *a: None):
-    """The shared test world: the shipped copy where it is current, then whatever the builder finds missing."""
+    """The shared test world: the shipped copy where it is current (prepare_tofu_world copies it itself), then
+    whatever the builder finds missing."""
     from lit_unlearn.worlds.tofu_world import prepare_tofu_world
 
-    install_shipped_world(root)
     return prepare_tofu_world(root, seed=SEED, levels=levels, log=log)
 
 

@@ -78,12 +78,12 @@ def curve(runs: dict[int, Path], level: str) -> dict[str, list[tuple[int, float,
 
 
 def _point(hp: str) -> str:
-    """A point as the bench's table writes it ("lr=0.001", "-"), from the CSV's JSON or the table's own text."""
+    """A point as the bench's table writes it, from the CSV's JSON or the published table's own text."""
     import json
 
-    if hp.startswith("{"):
-        return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in json.loads(hp).items()) or "-"
-    return hp
+    from lit_unlearn.bench.results import point_text
+
+    return point_text(json.loads(hp)) if hp.startswith("{") else hp
 
 
 def table(points: dict[str, list], level: str) -> str:

@@ -311,8 +311,7 @@ def main() -> None:
             "same; the learning rate and the size change the base too.\n"
             "> k chosen on the calibration recipe's worlds "
             f"({args.calibration_seeds}) only: the smallest on a grid of 0.05 from 0.5 at which every never-saw-it "
-            "case "
-            "there passes every band. Passing: every band, power aside (a check whose margin reaches 0.5 is counted "
+            "case there passes every band. Passing: every band, power aside (a check whose margin reaches 0.5 is counted "
             "apart). The packaged margins' columns are verdict_transfer.py's cached cases.\n\n")
     publish("\n".join(lines) + "\n\n" + "\n".join(rows) + "\n" + "\n".join(summary) + "\n", args.write, head)
 

@@ -73,6 +73,7 @@ class _Benchmark:
     criteria: dict[str, str] = {}
     progress: tuple[str, ...] = ()        # the columns every run's log line shows
     table_columns: tuple[str, ...] = ()   # results.md's columns (empty: all)
+    superseded_by_audit: tuple[str, ...] = ()  # of those, the ones the full verdict's columns replace
     terms: dict[str, str] = {}            # each shown column's meaning, written under the table
 
     def criterion_for(self, selection: str = "verdict") -> str:

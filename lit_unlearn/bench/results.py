@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lit_unlearn.bench.spec import BenchSpec
 
-__all__ = ["write_outputs", "aggregate", "chosen_point", "shown_columns", "table_columns"]
+__all__ = ["write_outputs", "aggregate", "chosen_point", "shown_columns", "table_columns", "point_text"]
 
 
 def _mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
@@ -65,7 +65,8 @@ def _cell(mean, half_width, col) -> str:
     return f"{mean:{fmt}}" + (f" ± {half_width:{fmt}}" if half_width else "")
 
 
-def _point(point: dict) -> str:
+def point_text(point: dict) -> str:
+    """A grid point as the tables write it: "lr=0.001, beta=0.1", or "-" for none."""
     return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items()) or "-"
 
 
@@ -79,10 +80,10 @@ def shown_columns(bench, rows: list[dict]) -> list[str]:
 def table_columns(bench, columns: list[str], table: list[dict]) -> list[str]:
     """The columns of results.md: the benchmark's reader's columns (all shown ones where it names none) that some row
     has a value for; the first verification's give way to the full verdict's where the audit ran."""
-    wanted = getattr(bench, "table_columns", None) or columns
+    wanted = bench.table_columns or columns
     filled = [c for c in wanted if c in columns and any(r.get(c) is not None for r in table)]
     if "decision" in filled:
-        filled = [c for c in filled if c not in getattr(bench, "superseded_by_audit", ())]
+        filled = [c for c in filled if c not in bench.superseded_by_audit]
     return filled
 
 
@@ -120,12 +121,11 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
                   "| method | hyper-parameters | " + " | ".join(shown) + " |", "|---|---|" + "---|" * len(shown)]
         for r in table:
             if r["level"] == level:
-                lines.append(f"| {r['method']} | {_point(r['point'])} | " +
+                lines.append(f"| {r['method']} | {point_text(r['point'])} | " +
                              " | ".join(_cell(r[c], r[c + ' ci95'], c) for c in shown) + " |")
         lines.append("")
-    terms = getattr(bench, "terms", {})
-    lines += ["Terms:", ""] + [f"- **{c}**: {terms[c]}" for c in shown if c in terms] + [""]
-    lines += ["Chosen on validation:", ""] + [f"- {m} ({bench.level_title(lv)}): {_point(p)} ({why})"
+    lines += ["Terms:", ""] + [f"- **{c}**: {bench.terms[c]}" for c in shown if c in bench.terms] + [""]
+    lines += ["Chosen on validation:", ""] + [f"- {m} ({bench.level_title(lv)}): {point_text(p)} ({why})"
                                              for (m, lv), (p, why) in chosen.items()]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     # a grid-only bench (forget_levels: [] beside a validation_level) has no test runs to draw
