@@ -2,15 +2,18 @@
 relies on, ρ scheduling, stationarity stopping and resuming mid-schedule."""
 
 import copy
+from types import SimpleNamespace
 
 import lightning.pytorch as pl
 import pytest
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.callbacks import Callback
 from torch.func import functional_call
 
 from helpers import digits_dm, first_pair, flat_view, quick_trainer, tiny_mlp
 from lit_unlearn.callbacks import FinalCheckpoint, RhoScheduler
+from lit_unlearn.core.errors import UserError
 from lit_unlearn.modules import OFMUModule
 
 
@@ -135,8 +138,6 @@ def test_beta_zero_inner_loop_is_plain_forget_ascent():
 def test_the_logged_inner_shift_and_outer_step_are_the_rounds_two_displacements():
     """ofmu/inner_shift_norm is ‖θ_T − θ_0‖ (the T ascent steps) and ofmu/outer_step_norm is η_out·‖d‖; with a
     negligible outer step the round ends at θ_T, so the first is how far the weights moved."""
-    from lightning.pytorch.callbacks import Callback
-
     class Keep(Callback):
         logs = {}
 
@@ -193,6 +194,46 @@ def test_a_schedule_without_rho0_rises_from_the_modules_rho_also_after_a_resume(
     assert sched_b.start == 0.01 and sched_b.current == sched.current
     for a, b in zip(straight.network.parameters(), resumed.network.parameters()):
         assert torch.equal(a, b)
+
+
+def test_a_schedule_per_forget_epoch_rises_once_per_pass_over_the_forget_set():
+    """per="forget_epoch": ρ_k = ρ_0·rate^k with k the whole passes over the forget set drawn before the round, read
+    from the data (here 3.x rounds a pass), so ρ holds over several rounds and differs from the per-round form."""
+    class Record(Callback):
+        def __init__(self):
+            self.rhos = []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.rhos.append(pl_module.rho)
+
+    def run(per):
+        torch.manual_seed(0)
+        dm = digits_dm(forget_batch_size=48)
+        record = Record()
+        quick_trainer(9, limit_val_batches=0, callbacks=[RhoScheduler("geometric", rho0=0.01, rate=2.0, cap=None,
+                                                                      per=per), record]).fit(
+            OFMUModule(tiny_mlp(), inner_steps=1, inner_lr=0.02, outer_lr=0.05), dm)
+        return record.rhos, len(dm.forget_set)
+
+    per_pass, n_forget = run("forget_epoch")
+    assert 48 < n_forget < 4 * 48  # several rounds a pass, and the passes end mid-round
+    # passes completed by the 48·step items drawn before round `step`, counted rather than divided
+    passes = [sum(1 for m in range(1, 10) if m * n_forget <= 48 * step) for step in range(9)]
+    assert per_pass == [pytest.approx(0.01 * 2.0 ** k) for k in passes]
+    assert len(set(passes)) >= 3 and len(set(passes)) < 9
+    per_round, _ = run("round")
+    assert per_round == [pytest.approx(0.01 * 2.0 ** k) for k in range(9)] and per_round != per_pass
+
+
+def test_a_schedule_per_forget_epoch_names_what_it_needs():
+    with pytest.raises(UserError, match="leave every_n_steps at 1"):
+        RhoScheduler("geometric", rate=1.1, per="forget_epoch", every_n_steps=2)
+    with pytest.raises(UserError, match="choose one of"):
+        RhoScheduler("geometric", rate=1.1, per="epoch")
+    plain = SimpleNamespace(train_dataloader=torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
+        torch.zeros(4, 2))))  # no forget set to count passes over
+    with pytest.raises(UserError, match="per='forget_epoch'.*retain/forget data module"):
+        RhoScheduler("geometric", rate=1.1, per="forget_epoch").on_train_start(plain, None)
 
 
 def test_stationarity_tolerance_stops_training():

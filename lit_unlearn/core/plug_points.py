@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from lit_unlearn.core.errors import UserError
 
 __all__ = ["HoldoutLossSource", "HoldoutProfileSource", "ForgetLossGoal", "QuotaSteered", "UpdateGuarded", "RhoScheduled",
-           "UnlearningRun", "HardnessRecorded", "EntropyInForgetLoss", "StopTargets", "DataFromSource", "QAFormatted",
+           "ForgetPasses", "UnlearningRun", "HardnessRecorded", "EntropyInForgetLoss", "StopTargets", "DataFromSource", "QAFormatted",
            "EvalSplitsSource", "EvalLoaders", "MicroBatched", "TextsSource", "as_plug", "declares", "plug_point", "plug_points",
            "require"]
 
@@ -67,6 +67,15 @@ class RhoScheduled(Protocol):
     """A module whose penalty weight ρ a schedule sets each step (OFMU)."""
 
     rho: float
+
+
+@runtime_checkable
+class ForgetPasses(Protocol):
+    """A training stream that pairs retain with forget batches and knows how many rounds one pass over the forget set
+    takes (its size and its global forget batch)."""
+
+    n_forget: int
+    forget_batch_size: int
 
 
 @runtime_checkable

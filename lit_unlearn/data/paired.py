@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 from torch.utils.data._utils.collate import default_collate
 
 from lit_unlearn.core.errors import UserError
+from lit_unlearn.core.plug_points import ForgetPasses
 
 __all__ = ["PairedBatchStream", "ResumableDataLoader", "stream_positions"]
 
@@ -47,7 +48,7 @@ def stream_positions(n: int, batch: int, step: int, seed: int, epoch: int, side:
     return np.asarray(out, dtype=np.int64)
 
 
-class PairedBatchStream(IterableDataset):
+class PairedBatchStream(IterableDataset, ForgetPasses):
     """Yields (retain_batch, forget_batch) for this rank. `epoch` and `start_step` are set by the loader."""
 
     def __init__(
