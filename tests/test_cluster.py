@@ -126,6 +126,18 @@ def test_sigterm_says_how_to_resume_and_exits_non_zero(cli, target, straight, tm
     assert_bit_equal(straight, final_weights(tmp_path))
 
 
+def test_the_printed_resume_command_pastes_back_as_the_same_arguments(monkeypatch):
+    """The command a run records (and prints after "resume with:") keeps an argument holding spaces, brackets or
+    quotes whole when a shell reads it back."""
+    import shlex
+
+    from lit_unlearn.launch.cluster import command_line
+
+    argv = ["bench", "--methods", "OFMU (rho per epoch),GA", "--out", "runs/a b", "--trainer.x=it's"]
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/lit-unlearn", *argv])
+    assert shlex.split(command_line()) == ["lit-unlearn", *argv]
+
+
 def test_runs_in_one_root_never_resume_each_other(cli, target, tmp_path, subprocess_env_module):
     (tmp_path / "cfg.yaml").write_text(CONFIG)
     a = ["unlearn", "--config", "cfg.yaml", f"--model.init_args.target_ckpt={target}", *TINY]

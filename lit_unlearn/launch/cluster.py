@@ -8,6 +8,7 @@ and callbacks to any trainer's arguments (a LightningCLI config node or plain `p
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -21,8 +22,9 @@ LOGGERS = ("TensorBoardLogger", "CSVLogger")
 
 
 def command_line() -> str:
-    """The command that started this process, as a user would retype it to resume."""
-    return "lit-unlearn " + " ".join(sys.argv[1:])
+    """The command that started this process, as a user would retype it to resume: quoted for a POSIX shell, so an
+    argument holding spaces or brackets (a bench method such as "OFMU (rho per epoch)") pastes back whole."""
+    return "lit-unlearn " + shlex.join(sys.argv[1:])
 
 
 def _logger_root(config) -> tuple[Path, object]:
