@@ -38,6 +38,18 @@ def _sklearn_cross_fit(x, y, groups, k, repeats, seed):
     return total / repeats
 
 
+def test_a_saturated_learned_score_is_its_limit_without_a_warning():
+    """A separable item's logit can pass exp's range; its probability is then exactly 0 or 1, quietly."""
+    import warnings
+
+    from lit_unlearn.algorithms.cross_fit import predict_logistic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = predict_logistic(np.array([[-800.0], [0.0], [800.0]]), np.array([1.0]), 0.0)
+    assert p.tolist() == [0.0, 0.5, 1.0]
+
+
 def test_the_learned_attacks_cross_fitting_matches_sklearn_written_out():
     rng = np.random.default_rng(0)
     groups = [f"f{i // 12}" for i in range(60)] + [f"h{i // 12}" for i in range(48)]

@@ -37,8 +37,7 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, c: float = 1.0, max_iter: int = 1
     penalty = np.ones(d + 1)
     penalty[-1] = 0.0  # the intercept is not penalised
     for _ in range(max_iter):
-        z = a @ theta
-        p = 1.0 / (1.0 + np.exp(-z))
+        p = _sigmoid(a @ theta)
         grad = c * a.T @ (p - y) + penalty * theta
         hess = c * (a * (p * (1 - p))[:, None]).T @ a + np.diag(penalty)
         step = np.linalg.solve(hess + 1e-12 * np.eye(d + 1), grad)
@@ -49,7 +48,14 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, c: float = 1.0, max_iter: int = 1
 
 
 def predict_logistic(x: np.ndarray, w: np.ndarray, b: float) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-(x @ w + b)))
+    return _sigmoid(x @ w + b)
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    # exp(-z) overflows to inf for z < -709 and the result is then its exact limit, 0: not worth a warning to a user
+    # reading a verdict (a separable item's score saturates)
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-z))
 
 
 def fold_ids(y: np.ndarray, groups: list, k: int, rng: np.random.Generator) -> tuple[np.ndarray, str]:
