@@ -320,8 +320,10 @@ def test_the_papers_selection_reads_forget_quality_and_the_report_says_so(tmp_pa
     from lit_unlearn.storage.packaged_files import packaged_config
 
     spec = load_bench_spec(packaged_config("bench_tofu_ofmu_paper", ("bench",), "bench"))
-    assert spec.selection == "forget_quality" and {m.name for m in spec.methods} == {"GA", "GradDiff", "NPO", "RMU",
-                                                                                     "OFMU", "OFMU (clipped)"}
+    assert spec.selection == "forget_quality" and {m.name for m in spec.methods} == {
+        "GA", "GradDiff", "NPO", "RMU", "OFMU", "OFMU (rho per epoch)", "OFMU (clipped)"}
+    per_epoch = next(m for m in spec.methods if m.name == "OFMU (rho per epoch)")
+    assert [c["init_args"].get("per") for c in per_epoch.callbacks] == ["forget_epoch"]
     rows = [{"point": {"lr": 1}, "MU": 0.60, "FQ (gold)": 0.40, "band ratio (steering)": 1.5},
             {"point": {"lr": 2}, "MU": 0.64, "FQ (gold)": 0.10, "band ratio (steering)": 0.9},
             {"point": {"lr": 3}, "MU": 0.20, "FQ (gold)": 0.90, "band ratio (steering)": 1.0}]
