@@ -18,10 +18,10 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from lit_unlearn.core.errors import UserError
 
-__all__ = ["HoldoutLossSource", "HoldoutProfileSource", "ForgetLossGoal", "QuotaSteered", "UpdateGuarded", "RhoScheduled",
-           "ForgetPasses", "UnlearningRun", "HardnessRecorded", "EntropyInForgetLoss", "StopTargets", "DataFromSource", "QAFormatted",
-           "EvalSplitsSource", "EvalLoaders", "MicroBatched", "TextsSource", "as_plug", "declares", "plug_point", "plug_points",
-           "require"]
+__all__ = ["HoldoutLossSource", "HoldoutProfileSource", "ForgetLossGoal", "QuotaSteered", "UpdateGuarded",
+           "RhoScheduled", "ForgetPasses", "UnlearningRun", "HardnessRecorded", "EntropyInForgetLoss", "StopTargets",
+           "DataFromSource", "QAFormatted", "EvalSplitsSource", "EvalLoaders", "MicroBatched", "TextsSource",
+           "as_plug", "declares", "plug_point", "plug_points", "require"]
 
 P = TypeVar("P")
 
