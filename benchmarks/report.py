@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -29,9 +30,10 @@ def options(doc: str, full: bool = False, write: bool = True) -> argparse.Argume
 
 
 def command() -> str:
-    """`python benchmarks/FOLDER/SCRIPT.py ARGS...` as this process was started, from any working folder."""
+    """`python benchmarks/FOLDER/SCRIPT.py ARGS...` as this process was started, from any working folder, quoted for
+    a shell as lit_unlearn.launch.cluster.command_line quotes a run's command."""
     script = Path(sys.argv[0]).resolve().relative_to(Path(__file__).resolve().parent)
-    return " ".join(["python", f"benchmarks/{script.as_posix()}", *sys.argv[1:]])
+    return shlex.join(["python", f"benchmarks/{script.as_posix()}", *sys.argv[1:]])
 
 
 def publish(text: str, write: Path | None, head: str = "") -> None:

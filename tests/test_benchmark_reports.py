@@ -164,3 +164,16 @@ def test_paraphrase_margins_take_the_calibration_worlds_largest_reach_and_are_st
     assert after["margins"]["01"]["best"]["none"] == {"loss": [0.2, 0.4]} and after["rule"] == "kept"
     assert after["margins"]["01"]["best"]["paraphrase"]["zlib"] == [0.31, 0.31, "relative"]
     assert after["paraphrase"]["summary"]["01"]["rates"]["target"] == [0, 2]
+
+
+def test_a_reports_generated_by_line_pastes_back_as_the_same_arguments(monkeypatch):
+    """The command a script writes above its table keeps an argument holding spaces or brackets whole."""
+    import shlex
+    import sys
+    from pathlib import Path
+
+    report = _script("report")
+    script = Path(report.__file__).parent / "ofmu" / "budget_curve.py"
+    args = ["--methods", "OFMU (rho per epoch),GA", "--out", "runs/a b"]
+    monkeypatch.setattr(sys, "argv", [str(script), *args])
+    assert shlex.split(report.command()) == ["python", "benchmarks/ofmu/budget_curve.py", *args]
