@@ -337,6 +337,25 @@ def test_the_papers_selection_reads_forget_quality_and_the_report_says_so(tmp_pa
         load_bench_spec(bad)
 
 
+def test_the_low_lr_config_is_the_papers_bench_with_three_grids_extended_downward():
+    """bench_tofu_ofmu_paper_low_lr differs from bench_tofu_ofmu_paper only in GA's, GradDiff's and RMU's grids, each
+    the main grid plus smaller rates: same names and init_args, so in one OUT the main grid's runs are its runs."""
+    from dataclasses import asdict
+
+    from lit_unlearn.storage.packaged_files import packaged_config
+
+    main, low = (load_bench_spec(packaged_config(name, ("bench",), "bench"))
+                 for name in ("bench_tofu_ofmu_paper", "bench_tofu_ofmu_paper_low_lr"))
+    assert {k: v for k, v in asdict(low).items() if k != "methods"} == \
+        {k: v for k, v in asdict(main).items() if k != "methods"}
+    by_name = {m.name: m for m in main.methods}
+    assert [m.name for m in low.methods] == ["GA", "GradDiff", "RMU"]
+    for m in low.methods:
+        theirs = by_name[m.name]
+        assert (m.class_path, m.init_args, m.callbacks) == (theirs.class_path, theirs.init_args, theirs.callbacks)
+        assert set(theirs.grid["lr"]) < set(m.grid["lr"]) and min(m.grid["lr"]) < min(theirs.grid["lr"])
+
+
 def test_a_grid_point_that_diverges_is_a_row_not_a_crash(tmp_path):
     """GA by SGD at an absurd rate drives the weights to inf within its budget: the bench records the point as
     diverged (no numbers, the error's first line), never chooses it, goes on to the test worlds, and does not run it
