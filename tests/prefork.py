@@ -10,14 +10,18 @@ tests/test_cli_errors.py).
     server.run([sys.executable, "-m", "lit_unlearn.cli", ...], cwd=..., env=..., timeout=...)  # subprocess.run
     server.popen([sys.executable, "tests/worker.py", ...], cwd=..., env=...)  # subprocess.Popen: pid, communicate
 
-Runs may overlap (the ranks of one job). Where a launcher re-executes the interpreter for more ranks (Lightning's
-DDP and DeepSpeed launchers), rank 0 is forked from here and the others are fresh interpreters.
+Runs may overlap (the ranks of one job). Where Lightning's launcher (DDP, DeepSpeed) re-executes the interpreter for
+ranks 1.., a forked rank 0 asks this server for them too: each is forked as rank 0 was, in rank 0's process group,
+writing to rank 0's output, and rank 0's launcher holds it as it would a Popen (poll, wait, send_signal). Fresh
+interpreters for those ranks stay covered where a test starts a job's processes itself
+(tests/test_cli_and_resume.py, tests/test_own_job.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -25,6 +29,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -56,18 +61,25 @@ def _recv(conn: socket.socket):
 
 
 # ----- the server ------------------------------------------------------------------------------------------------
+_ADDRESS: str | None = None  # the server's socket, for a forked run's launcher to ask for more ranks
+
+
 def _child(request: dict, listener: socket.socket, conn: socket.socket) -> None:
     """In the forked child: become the requested process, then exit through the interpreter's normal shutdown."""
     listener.close()
     conn.close()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
-    os.setpgrp()  # a kill aimed at this run's group reaches none of the server's other children
+    if request.get("pgid"):  # a rank its launcher asked for: in the launching rank's group, as a Popen child is
+        os.setpgid(0, request["pgid"])
+    else:
+        os.setpgrp()  # a kill aimed at this run's group reaches none of the server's other children
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    for fd, path, mode in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY),
-                           (2, request["stderr"], os.O_WRONLY)):
+    # appending: a launched rank writes to the launching rank's files, as an inherited descriptor would
+    for fd, path, mode in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY | os.O_APPEND),
+                           (2, request["stderr"], os.O_WRONLY | os.O_APPEND)):
         target = os.open(path, mode)
         os.dup2(target, fd)
         os.close(target)
@@ -82,6 +94,7 @@ def _child(request: dict, listener: socket.socket, conn: socket.socket) -> None:
     module, script = request.get("module"), request.get("script")
     sys.path[0] = request["cwd"] if module else os.path.dirname(os.path.abspath(script))
     sys.path[1:1] = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+    _launch_ranks_through_the_server(request["stdout"], request["stderr"])
     import runpy
 
     sys.argv = [module or script, *request["args"]]
@@ -101,7 +114,36 @@ def _child(request: dict, listener: socket.socket, conn: socket.socket) -> None:
     sys.exit(code)
 
 
+def _launch_ranks_through_the_server(stdout: str, stderr: str) -> None:
+    """Lightning's script launchers start ranks 1.. with subprocess.Popen([sys.executable, ...]); in this run those
+    become requests to the server (any other Popen is the real one)."""
+    import types
+
+    real = subprocess
+
+    def popen(command, *args, env=None, cwd=None, **kwargs):
+        command = [str(c) for c in command]
+        if args or kwargs or len(command) < 2 or command[0] != sys.executable:
+            return real.Popen(command, *args, env=env, cwd=cwd, **kwargs)
+        what = {"module": command[2]} if command[1] == "-m" else {"script": command[1]}
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(_ADDRESS)
+        _send(conn, {**what, "args": command[3:] if command[1] == "-m" else command[2:], "cwd": cwd or os.getcwd(),
+                     "env": {k: str(v) for k, v in (os.environ if env is None else env).items()},
+                     "stdout": stdout, "stderr": stderr, "pgid": os.getpgrp()})
+        return LaunchedRank(command, conn, _recv(conn)["pid"])
+
+    shim = types.SimpleNamespace(**{n: getattr(real, n) for n in dir(real) if not n.startswith("__")})
+    shim.Popen = popen
+    for name in ("lightning.pytorch.strategies.launchers.subprocess_script",
+                 "lightning.fabric.strategies.launchers.subprocess_script"):
+        if name in sys.modules:
+            sys.modules[name].subprocess = shim
+
+
 def serve(address: str) -> None:
+    global _ADDRESS
+    _ADDRESS = address
     for name in PRELOAD:
         __import__(name)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -127,11 +169,23 @@ def serve(address: str) -> None:
             listener.close()
             _send(conn, {"pid": pid})
             _, status = os.waitpid(pid, 0)
+            if not request.get("pgid"):  # a run ends, as for a caller reading its pipes, when its ranks have too
+                _wait_for_group(pid)
             _send(conn, {"returncode": -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)})
             os._exit(0)  # the monitor: no interpreter shutdown of the server's state
         conn.close()
     listener.close()
     _reap(block=True)
+
+
+def _wait_for_group(pgid: int) -> None:
+    """Until no process is left in the run's process group (the ranks its launcher asked for join it)."""
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.05)
 
 
 def _reap(block: bool) -> None:
@@ -161,7 +215,10 @@ class Forked:
             try:
                 self.returncode = _recv(self._conn)["returncode"]
             except TimeoutError:
-                os.kill(self.pid, signal.SIGKILL)
+                try:  # the run and the ranks its launcher asked for (its process group)
+                    os.killpg(self.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
                 self._conn.settimeout(None)
                 self.returncode = _recv(self._conn)["returncode"]
                 raise subprocess.TimeoutExpired(self.args, time.monotonic() - started) from None
@@ -173,6 +230,46 @@ class Forked:
             if os.path.exists(path):
                 os.unlink(path)
         return out, err
+
+
+class LaunchedRank:
+    """A rank that a forked run's launcher asked the server for, held as subprocess.Popen: pid, poll, wait,
+    send_signal, kill, terminate, returncode (Lightning's launcher and its child observer use these)."""
+
+    def __init__(self, command, conn: socket.socket, pid: int) -> None:
+        self.args, self._conn, self.pid = command, conn, pid
+        self.returncode: int | None = None
+        self._lock = threading.Lock()  # the launcher's observer thread polls while the main thread may wait
+
+    def _ended(self, timeout: float | None) -> None:
+        if self.returncode is None and select.select([self._conn], [], [], timeout)[0]:
+            self.returncode = _recv(self._conn)["returncode"]
+            self._conn.close()
+
+    def poll(self) -> int | None:
+        with self._lock:
+            self._ended(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        with self._lock:
+            self._ended(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:  # as Popen: never signal a rank already ended (its pid may be another's now)
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
 
 
 class Server:

@@ -36,7 +36,7 @@ class Launches:
     def launch(self, key, *args, expect=0):
         if key not in self.done:
             out = self.root / key
-            # rank 0 forked from the pre-imported server (tests/prefork.py); Lightning starts rank 1 afresh
+            # rank 0 forked from the pre-imported server (tests/prefork.py), and rank 1 when Lightning asks for it
             proc = self.prefork.run([sys.executable, WORKER, "--data", str(self.root / "data"), "--tokenizer",
                                      str(self.root / "tok"), "--out-dir", str(out), *args], self.root, self.env,
                                     timeout=900)

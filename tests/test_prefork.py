@@ -68,3 +68,39 @@ def test_overlapping_forked_runs_can_talk_and_a_timeout_kills(prefork, tmp_path,
     assert slow.returncode == -signal.SIGKILL
     with pytest.raises(ProcessLookupError):
         os.kill(slow.pid, 0)
+
+
+LAUNCHER = """
+import os, sys
+preloaded = "transformers" in sys.modules  # before any import of ours: a rank forked from the server has it
+from lightning.pytorch.strategies.launchers import subprocess_script as launcher  # where Lightning starts ranks
+if sys.argv[1] == "rank":
+    print("rank", sys.argv[2], "same group", os.getpgrp() == int(sys.argv[3]), "preloaded", preloaded, flush=True)
+    if sys.argv[2] == "sleeps":
+        import time
+        time.sleep(60)
+    sys.exit(5)
+me = [sys.executable, sys.argv[0], "rank"]
+ends = launcher.subprocess.Popen([*me, "ends", str(os.getpgrp())], env=dict(os.environ), cwd=None)
+sleeps = launcher.subprocess.Popen([*me, "sleeps", str(os.getpgrp())], env=dict(os.environ), cwd=None)
+print("ends with", ends.wait(60), ends.poll(), flush=True)
+print("sleeper running", sleeps.poll() is None, flush=True)
+sleeps.kill()
+print("sleeper killed", sleeps.wait(60), flush=True)
+"""
+
+
+def test_ranks_a_forked_run_launches_behave_as_popen_children(prefork, tmp_path, subprocess_env):
+    """Lightning's launcher in a forked run gets its ranks from the server (forked: the imports already done): each
+    in the launcher's process group, writing to its output, with Popen's wait, poll and kill; the same script in a
+    fresh interpreter (real Popen, fresh ranks) prints the same but for that."""
+    script = tmp_path / "launch.py"
+    script.write_text(LAUNCHER)
+    command = [sys.executable, str(script), "launch"]
+    forked = prefork.run(command, tmp_path, subprocess_env, timeout=120)
+    fresh = subprocess.run(command, cwd=tmp_path, env=subprocess_env, capture_output=True, text=True, timeout=120)
+    for run, preloaded in ((forked, True), (fresh, False)):
+        expected = [f"rank {r} same group True preloaded {preloaded}" for r in ("ends", "sleeps")] + \
+            ["ends with 5 5", "sleeper running True", f"sleeper killed {-signal.SIGKILL}"]
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert sorted(run.stdout.splitlines()) == sorted(expected), run.stdout
