@@ -274,6 +274,23 @@ def test_a_grid_only_bench_writes_its_grid_without_a_table_to_draw(tmp_path):
     assert [(g["method"], g["chosen"]) for g in grid] == [("Target", "False"), ("OFMU", "True")]
 
 
+def test_the_table_reads_each_methods_test_runs_at_its_chosen_point_only(tmp_path):
+    """Two configs on one OUT (the paper's grid and one extended downward) leave GA's test runs at two points; each
+    table averages the runs at the point its own config chose, never both."""
+    from lit_unlearn.bench.results import write_outputs
+    from lit_unlearn.bench.spec import BenchSpec, MethodSpec
+
+    spec = BenchSpec(methods=[MethodSpec("GA", "lit_unlearn.modules.GAModule")], forget_levels=["10"], seeds=[0, 1])
+    rows = [{"world": f"world_seed{s}", "method": m, "point": p, "level": "10", "seed": s, "phase": "test", "MU": mu,
+             "band ratio": 2.0, "FQ (gold)": 1e-3} for s in (0, 1) for m, p, mu in
+            (("Target", {}, 0.66), ("GA", {"lr": 1e-4}, 0.0), ("GA", {"lr": 1e-5}, 0.62))]
+    for lr, mu in ((1e-4, 0.0), (1e-5, 0.62)):
+        write_outputs(spec, TofuBenchmark(), tmp_path, rows, {("GA", "10"): ({"lr": lr}, "why")}, "v", ["GA"])
+        table = {r["method"]: r for r in csv.DictReader((tmp_path / "results.csv").open())}
+        assert table["GA"]["seeds"] == "2" and float(table["GA"]["MU"]) == mu
+        assert json.loads(table["GA"]["hyper_parameters"]) == {"lr": lr} and table["Target"]["seeds"] == "2"
+
+
 def test_the_figures_draw_every_method_however_many_the_bench_has(tmp_path):
     """The packaged TOFU bench has 11 rows (10 methods and the target): more than one 10-colour palette."""
     from lit_unlearn.bench.results import _figure, _pareto

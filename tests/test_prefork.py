@@ -73,17 +73,24 @@ def test_overlapping_forked_runs_can_talk_and_a_timeout_kills(prefork, tmp_path,
 LAUNCHER = """
 import os, sys
 preloaded = "transformers" in sys.modules  # before any import of ours: a rank forked from the server has it
-from lightning.pytorch.strategies.launchers import subprocess_script as launcher  # where Lightning starts ranks
 if sys.argv[1] == "rank":
     print("rank", sys.argv[2], "same group", os.getpgrp() == int(sys.argv[3]), "preloaded", preloaded, flush=True)
     if sys.argv[2] == "sleeps":
         import time
+        open("sleeping", "w").close()  # the launcher kills it only once it has printed
         time.sleep(60)
     sys.exit(5)
+from lightning.pytorch.strategies.launchers import subprocess_script as launcher  # where Lightning starts ranks
+if os.path.exists("sleeping"):  # an earlier run's
+    os.remove("sleeping")
 me = [sys.executable, sys.argv[0], "rank"]
 ends = launcher.subprocess.Popen([*me, "ends", str(os.getpgrp())], env=dict(os.environ), cwd=None)
 sleeps = launcher.subprocess.Popen([*me, "sleeps", str(os.getpgrp())], env=dict(os.environ), cwd=None)
 print("ends with", ends.wait(60), ends.poll(), flush=True)
+import time
+started = time.monotonic()
+while not os.path.exists("sleeping") and time.monotonic() - started < 60:
+    time.sleep(0.05)
 print("sleeper running", sleeps.poll() is None, flush=True)
 sleeps.kill()
 print("sleeper killed", sleeps.wait(60), flush=True)

@@ -33,13 +33,17 @@ def t_half_width(std: float | None, n: int, level: float = 0.95) -> float | None
     return float(t.ppf(0.5 + level / 2, n - 1) * std / n ** 0.5)
 
 
-def aggregate(rows: list[dict], order: list[str], columns: list[str]) -> list[dict]:
-    """One row per (level, method) of the test runs: mean and std of each metric over seeds."""
+def aggregate(rows: list[dict], order: list[str], columns: list[str], chosen: dict | None = None) -> list[dict]:
+    """One row per (level, method) of the test runs: mean and std of each metric over seeds. With `chosen`
+    ({(method, validation level): (point, why)}), only a method's runs at its chosen point: an OUT that two configs
+    share (e.g. a grid extended in a second config) holds test runs of one method at several points."""
     out = []
     tests = [r for r in rows if r.get("phase", "test") == "test"]
     for level in sorted({r["level"] for r in tests}):
         for method in ["Target", *order]:
-            mine = [r for r in tests if r["level"] == level and r["method"] == method]
+            point = None if chosen is None or method == "Target" else chosen_point(chosen, method, level)
+            mine = [r for r in tests if r["level"] == level and r["method"] == method and
+                    (point is None or r["point"] == point)]
             if not mine:
                 continue
             agg = {"level": level, "method": method, "seeds": len(mine), "point": mine[0]["point"]}
@@ -91,7 +95,7 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
                   order: list[str]) -> Path:
     """chosen: {(method, validation level): (point, why)}."""
     columns = shown_columns(bench, rows)
-    table = aggregate(rows, order, columns)
+    table = aggregate(rows, order, columns, chosen)
     with (out / "results.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["forget_level", "method", "seeds", "hyper_parameters"] +
