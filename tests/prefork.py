@@ -12,9 +12,9 @@ tests/test_cli_errors.py).
 
 Runs may overlap (the ranks of one job). Where Lightning's launcher (DDP, DeepSpeed) re-executes the interpreter for
 ranks 1.., a forked rank 0 asks this server for them too: each is forked as rank 0 was, in rank 0's process group,
-writing to rank 0's output, and rank 0's launcher holds it as it would a Popen (poll, wait, send_signal). Fresh
-interpreters for those ranks stay covered where a test starts a job's processes itself
-(tests/test_cli_and_resume.py, tests/test_own_job.py).
+writing to rank 0's output, and rank 0's launcher holds it as it would a Popen (poll, wait, send_signal). A rank
+Lightning re-executes as a fresh interpreter stays covered by test_cli_and_resume.py's 2-process DDP run (no server
+there), and ranks a test starts itself by test_cluster.py's 2 nodes and test_own_job.py's torchrun-like ranks.
 """
 
 from __future__ import annotations
@@ -58,6 +58,18 @@ def _recv(conn: socket.socket):
             raise ConnectionError("the prefork server closed the connection")
         data += chunk
     return json.loads(data)
+
+
+def _start(address: str, command: list[str], cwd, env, stdout: str, stderr: str, **extra) -> tuple[socket.socket, int]:
+    """Ask the server at `address` for `command` ([sys.executable, "-m", MODULE, *ARGS] or [sys.executable, SCRIPT,
+    *ARGS]): the connection that will bring its exit status, and its pid."""
+    what = {"module": command[2]} if command[1] == "-m" else {"script": str(command[1])}
+    args = command[3:] if command[1] == "-m" else command[2:]
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(address)
+    _send(conn, {**what, "args": [str(a) for a in args], "cwd": str(cwd), "env": {k: str(v) for k, v in env.items()},
+                 "stdout": stdout, "stderr": stderr, **extra})
+    return conn, _recv(conn)["pid"]
 
 
 # ----- the server ------------------------------------------------------------------------------------------------
@@ -125,13 +137,9 @@ def _launch_ranks_through_the_server(stdout: str, stderr: str) -> None:
         command = [str(c) for c in command]
         if args or kwargs or len(command) < 2 or command[0] != sys.executable:
             return real.Popen(command, *args, env=env, cwd=cwd, **kwargs)
-        what = {"module": command[2]} if command[1] == "-m" else {"script": command[1]}
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(_ADDRESS)
-        _send(conn, {**what, "args": command[3:] if command[1] == "-m" else command[2:], "cwd": cwd or os.getcwd(),
-                     "env": {k: str(v) for k, v in (os.environ if env is None else env).items()},
-                     "stdout": stdout, "stderr": stderr, "pgid": os.getpgrp()})
-        return LaunchedRank(command, conn, _recv(conn)["pid"])
+        conn, pid = _start(_ADDRESS, command, cwd or os.getcwd(), os.environ if env is None else env, stdout, stderr,
+                           pgid=os.getpgrp())
+        return LaunchedRank(command, conn, pid)
 
     shim = types.SimpleNamespace(**{n: getattr(real, n) for n in dir(real) if not n.startswith("__")})
     shim.Popen = popen
@@ -288,16 +296,11 @@ class Server:
         child; output is captured as text."""
         if len(command) < 2 or command[0] != sys.executable:
             raise ValueError(f"prefork runs `{sys.executable} -m MODULE ...` or `... SCRIPT ...`, not {command[:3]}")
-        what = {"module": command[2]} if command[1] == "-m" else {"script": str(command[1])}
-        args = command[3:] if command[1] == "-m" else command[2:]
         out = tempfile.NamedTemporaryFile(dir=self.folder, delete=False)
         err = tempfile.NamedTemporaryFile(dir=self.folder, delete=False)
         out.close(), err.close()
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(self.address)
-        _send(conn, {**what, "args": [str(a) for a in args], "cwd": str(cwd),
-                     "env": {k: str(v) for k, v in env.items()}, "stdout": out.name, "stderr": err.name})
-        return Forked(command, conn, _recv(conn)["pid"], out.name, err.name)
+        conn, pid = _start(self.address, command, cwd, env, out.name, err.name)
+        return Forked(command, conn, pid, out.name, err.name)
 
     def run(self, command: list[str], cwd, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
         """subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)."""
