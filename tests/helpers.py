@@ -1,19 +1,36 @@
 """Small shared pieces for the module tests."""
 
+import atexit
+import os
+import shutil
+import tempfile
+
 import lightning.pytorch as pl
 import torch
 
 from lit_unlearn.data import ClassForget, DigitsSource, UnlearningDataModule
 
 
+_scratch = {}
+
+
+def scratch_dir():
+    """A fresh folder under this process's scratch root, which is removed when the process that made it exits (a
+    forked child inherits the exit hook, so the hook checks the pid: a child's exit must not remove its parent's)."""
+    if os.getpid() not in _scratch:
+        root = tempfile.mkdtemp(prefix="lit-unlearn-test-")
+        _scratch[os.getpid()] = root
+        atexit.register(lambda pid=os.getpid(): os.getpid() == pid and shutil.rmtree(root, ignore_errors=True))
+    return tempfile.mkdtemp(dir=_scratch[os.getpid()])
+
+
 def quick_trainer(steps, **kw):
     """A Trainer without logger, checkpoints, progress bar or sanity check (tests pass what they need); what a run
-    writes (its results table, trajectory.png) goes to a fresh temporary folder, never the working directory."""
-    import tempfile
-
+    writes (its results table, trajectory.png) goes to a fresh scratch folder, never the working directory, and is
+    removed when the test process ends."""
     kw.setdefault("logger", False)
     kw.setdefault("enable_checkpointing", False)
-    kw.setdefault("default_root_dir", tempfile.mkdtemp(prefix="lit-unlearn-test-"))
+    kw.setdefault("default_root_dir", scratch_dir())
     return pl.Trainer(max_steps=steps, enable_progress_bar=False, enable_model_summary=False,
                       num_sanity_val_steps=0, log_every_n_steps=1, **kw)
 
