@@ -81,18 +81,18 @@ def distill_data(args, tok):
     return distillation_data(TofuSource(args.data), tok, DistillSpec(batch_size=8))
 
 
-def zero_config(args, persistence=None):
-    """The DeepSpeed config of --stage; `persistence`: ZeRO-3's stage3_param_persistence_threshold."""
+def zero_config(args):
+    """The DeepSpeed config of --stage. Under ZeRO-3 no parameter stays gathered between passes
+    (stage3_param_persistence_threshold 0), as a 7B model's large ones do not: DeepSpeed's default (1e5 elements) is
+    above every parameter of the tiny model, which would keep them all whole and leave the gathers untested."""
     zero = {"stage": args.stage}
-    if persistence is not None:
-        zero["stage3_param_persistence_threshold"] = persistence
     if args.stage == 3:
+        zero["stage3_param_persistence_threshold"] = 0
         # DeepSpeed keeps a parameter gathered if it is used again within this many parameters' worth of the recorded
         # trace, and finds out by walking the trace after every submodule until that many are passed. Its default,
         # 1e9, covers a seventh of Llama-2-7B but the tiny model hundreds of times over, so every release walked the
         # whole trace (OFMU's is long): OFMU's ZeRO-3 launch took 60 s with it and 36 s without. 0 ends the walk at
-        # once: a non-persistent parameter (only the distillation stage's, whose threshold is 0) is gathered again at
-        # its next use instead of kept; the update is the same.
+        # once: a parameter is gathered again at its next use instead of kept; the update is the same.
         zero["stage3_max_reuse_distance"] = 0
     return {"zero_optimization": zero, "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
             "train_micro_batch_size_per_gpu": 1}
@@ -111,10 +111,9 @@ def stage_run(args, tok, name):
     from the config's `trainer`, the student gathered and exported); saves the exported student's weights."""
     from lit_unlearn.distill import DistillSpec, distill_model
 
-    if args.stage:  # as a config writes it; persistence 0: no parameter stays gathered between passes, as a 7B
-        # model's large ones do not
+    if args.stage:  # as a config writes it
         chosen = {"class_path": "lit_unlearn.distributed.cpu_deepspeed.CPUDeepSpeedStrategy", "init_args": {
-            "config": zero_config(args, persistence=0 if args.stage == 3 else None)}}
+            "config": zero_config(args)}}
     else:
         chosen = strategy(args)  # "ddp" or "auto"
     spec = DistillSpec(alpha=0.5, lr=1e-3, epochs=0.3, batch_size=8, seed=0,
@@ -164,6 +163,10 @@ def one_run(args, tok, name, method, resume):
         state = {n: p.detach().clone() for n, p in module.network.named_parameters()}
     if method == "ofmu":
         state["__rho__"] = torch.tensor(module.rho)
+    if args.stage == 3:  # the share of the network's parameters ZeRO-3 keeps whole between passes (none: see zero_config)
+        params = list(module.network.parameters())
+        state["__persistent_share__"] = torch.tensor(sum(bool(getattr(p, "ds_persist", True)) for p in params)
+                                                     / len(params))
     if method == "distill":
         state["__units__"] = torch.tensor(module.units())
     reference = getattr(module, "_reference", None)
