@@ -91,8 +91,9 @@ def zero_config(args):
         # DeepSpeed keeps a parameter gathered if it is used again within this many parameters' worth of the recorded
         # trace, and finds out by walking the trace after every submodule until that many are passed. Its default,
         # 1e9, covers a seventh of Llama-2-7B but the tiny model hundreds of times over, so every release walked the
-        # whole trace (OFMU's is long): OFMU's ZeRO-3 launch took 60 s with it and 36 s without. 0 ends the walk at
-        # once: a parameter is gathered again at its next use instead of kept; the update is the same.
+        # whole trace (OFMU's is long): an OFMU-only ZeRO-3 launch took 60 s with it and 36 s without (wall, beside
+        # another job). 0 ends the walk at once: a parameter is gathered again at its next use instead of kept; the
+        # update is the same.
         zero["stage3_max_reuse_distance"] = 0
     return {"zero_optimization": zero, "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
             "train_micro_batch_size_per_gpu": 1}
