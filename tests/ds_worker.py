@@ -164,7 +164,7 @@ def one_run(args, tok, name, method, resume):
         state = {n: p.detach().clone() for n, p in module.network.named_parameters()}
     if method == "ofmu":
         state["__rho__"] = torch.tensor(module.rho)
-    if args.stage == 3:  # the share of the network's parameters ZeRO-3 keeps whole between passes (none: see zero_config)
+    if args.stage == 3:  # the share of parameters ZeRO-3 keeps whole between passes (none: see zero_config)
         params = list(module.network.parameters())
         state["__persistent_share__"] = torch.tensor(sum(bool(getattr(p, "ds_persist", True)) for p in params)
                                                      / len(params))
