@@ -58,6 +58,24 @@ def test_ofmu_budget_curve_reads_each_budgets_point_in_budget_order(tmp_path):
     assert curve.read_budget(published, "05")["NPO"]["MU ci95"] == "0"
 
 
+def test_ofmu_divergence_trace_reports_each_terms_growth_from_the_first_round_to_the_last_finite_one(monkeypatch):
+    import sys
+    from types import SimpleNamespace
+
+    trace = _script("ofmu/divergence_trace")
+    monkeypatch.setattr(sys, "argv", [trace.__file__, "--level", "10"])
+    rows = [{"round": k, "rho": 1.1 ** k, "retain_grad_norm": 1.0, "hvp_norm": 3.0 + k,
+             "penalty_norm": 2 * 1.1 ** k * (3.0 + k), "outer_step_norm": 1e-3 * (1 + 2 * 1.1 ** k * (3.0 + k)),
+             "inner_shift_norm": 0.01, "forget_loss": 1.0, "retain_loss": 1.0} for k in range(12)]
+    args = SimpleNamespace(seed=100, level="10", rho0=1.0, inner_steps=5, lr=1e-3, rate=1.1, out="OUT", rounds=45)
+    text = trace.report(rows, "‖∇Φ‖ is nan at step 12", args, 5.0)
+    # round 0 -> 11: ρ × 1.1^11 = 2.85, ‖∇²Φ·∇Φ‖ 3 -> 14 (× 4.67), the penalty 6 -> 2·2.853·14 = 79.9
+    # (× 13.3)
+    assert "ρ_k × 2.85, ‖∇²Φ·∇Φ‖ × 4.67, the penalty × 13.3" in text
+    assert "the run ended at round 12: ‖∇Φ‖ is nan at step 12" in text
+    assert "| 11 | 2.85 | 1 | 14 | 79.9 | 79.9 |" in text  # the last finite round is always shown
+
+
 def test_robustness_compute_marks_a_point_only_where_all_three_targets_hold():
     compute = _script("bench/robustness_compute")
     worst = {"attack": "loss", "scope": "pooled", "condition": "relearn"}
