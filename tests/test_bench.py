@@ -376,7 +376,7 @@ def test_the_low_lr_config_is_the_papers_bench_with_three_grids_extended_downwar
 def test_a_grid_point_that_diverges_is_a_row_not_a_crash(tmp_path):
     """GA by SGD at an absurd rate drives the weights to inf within its budget: the bench records the point as
     diverged (no numbers, the error's first line), never chooses it, goes on to the test worlds, and does not run it
-    again when resumed."""
+    again when resumed; nor does it run again what another bench on its OUT finished meanwhile."""
     cfg = tmp_path / "bench.yaml"
     cfg.write_text(f"""
 out_dir: {tmp_path / 'out'}
@@ -405,6 +405,25 @@ methods:
     assert [g["diverged"] for g in grid if g["method"] == "GA"] == ["", bad[0]["diverged"]]
     run_bench(spec, log=lambda *a: None)  # resumed: every row read back, none run again
     assert len((out / "runs.jsonl").read_text().splitlines()) == len(runs)
+
+    # Two benches may share one OUT (other methods, other seeds): a run missing from runs.jsonl when this bench
+    # started, there by the time it reaches it, was finished by the other bench, and is read back, not run again.
+    done_file = out / "runs.jsonl"
+    lines = done_file.read_text().splitlines()
+    tests = [x for x in lines if json.loads(x)["phase"] == "test"]
+    assert len(tests) == 2  # the target's and GA's
+    done_file.write_text("".join(x + "\n" for x in lines if x not in tests))
+
+    def other_bench_finishes(line):  # the other bench appends its test rows while this one is still on the grid
+        if line.startswith("== every method"):
+            with done_file.open("a") as f:
+                f.write("".join(x + "\n" for x in tests))
+        seen.append(line)
+
+    seen = []
+    run_bench(spec, log=other_bench_finishes)
+    assert len(done_file.read_text().splitlines()) == len(lines)
+    assert not [x for x in seen if x.lstrip().startswith("test ")], seen
 
 
 def test_a_signal_between_runs_stops_the_bench_with_128_plus_it_and_says_how_to_go_on(tmp_path, monkeypatch,

@@ -2,8 +2,9 @@
 
 Every run goes through the launch path (its own folder under OUT/runs/, pre-emption safe), and every finished
 run is appended to OUT/runs.jsonl at once: an interrupted bench resumes where it stopped when the same command runs
-again (finished runs are read back, the interrupted one continues from its checkpoint). The table, CSV and figures
-are written from that file at the end.
+again (finished runs are read back, the interrupted one continues from its checkpoint). Benches sharing one OUT
+(other seeds, other methods) read it again before each run, so none runs what another has finished. The table, CSV
+and figures are written from that file at the end.
 """
 
 from __future__ import annotations
@@ -196,17 +197,23 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
     if only and (unknown := set(only) - {m.name for m in spec.methods}):
         raise UserError(f"unknown bench methods {sorted(unknown)}; the config has {[m.name for m in spec.methods]}")
     done_file = out / "runs.jsonl"
-    done = {}
-    if done_file.is_file():
-        for line in done_file.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                done[_run_key(row["world"], row["method"], row["point"], row["level"], row["seed"],
-                              row.get("steps", spec.steps))] = row  # a run's key holds the budget it ran
+    done: dict[str, dict] = {}
+
+    def read_done() -> None:
+        if done_file.is_file():
+            for line in done_file.read_text().splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    done[_run_key(row["world"], row["method"], row["point"], row["level"], row["seed"],
+                                  row.get("steps", spec.steps))] = row  # a run's key holds the budget it ran
+
+    read_done()
 
     def run(world, method, point, level, seed, phase):
         steps = _steps(spec, method, bench.forget_size(world, level))
         key = _run_key(world.name, method.name if method else "Target", point, level, seed, steps)
+        if key not in done:  # another bench on this OUT (other methods, other seeds) may have finished it since
+            read_done()
         audit = spec.audit and phase == "test" and bench.name == "tofu"
         if key in done and audit and not done[key].get("diverged") and done[key].get(AUDITED) is None:
             started = time.perf_counter()
