@@ -27,19 +27,9 @@ KEYS = ("ofmu/rho", "ofmu/retain_grad_norm", "ofmu/hvp_norm", "ofmu/penalty_norm
 def trace(world, level: str, rho0: float, inner_steps: int, rounds: int, lr: float, rate: float, batch: int):
     """(every round's logged terms, the error that ended the run or None)."""
     import lightning.pytorch as pl
-    import torch
 
-    from lit_unlearn.callbacks import RhoScheduler
-    from lit_unlearn.data import TofuDataModule, TofuSource
-    from lit_unlearn.models import CausalLM
-    from lit_unlearn.modules import OFMUModule
+    from ofmu.rho_grid import paper_form  # benchmarks/ofmu/rho_grid.py: the same point as the ρ_0 × T grid's
 
-    torch.manual_seed(0)
-    module = OFMUModule(CausalLM(name_or_path=str(world.target)), inner_steps=inner_steps, inner_lr=lr, beta=0.1,
-                        outer_lr=lr, hvp="autograd", freeze_batchnorm=False)
-    module.run_report.enabled = False
-    data = TofuDataModule(TofuSource(str(world.data), level), str(world.tokenizer), retain_batch_size=batch,
-                          forget_batch_size=batch)
     rows: list[dict] = []
 
     class Keep(pl.Callback):
@@ -49,10 +39,7 @@ def trace(world, level: str, rho0: float, inner_steps: int, rounds: int, lr: flo
                 rows.append({"round": trainer.global_step - 1, **{k.split("/")[1]: float(m[k]) for k in KEYS}})
                 print(json.dumps(rows[-1]), flush=True)
 
-    trainer = pl.Trainer(max_steps=rounds, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, log_every_n_steps=1,
-                         accelerator="cpu",
-                         callbacks=[RhoScheduler("geometric", rho0=rho0, rate=rate, cap=None), Keep()])
+    module, data, trainer = paper_form(world, level, rho0, inner_steps, rounds, lr, rate, batch, [Keep()])
     try:
         trainer.fit(module, data)
     except FloatingPointError as err:

@@ -30,7 +30,10 @@ def evaluate(network, world, level: str, tok) -> dict:
     return {k: report.summary.get(k) for k in ("forget_quality", "model_utility", "forget_truth_ratio")}
 
 
-def run_point(world, level: str, rho0: float, inner_steps: int, rounds: int, lr: float, rate: float, batch: int):
+def paper_form(world, level: str, rho0: float, inner_steps: int, rounds: int, lr: float, rate: float, batch: int,
+               callbacks: list):
+    """(module, data, trainer) of one point of the paper's form from the world's target: no clip, exact HVPs,
+    η_in = η_out = lr, β = 0.1, ρ_k = ρ_0·rate^k; `callbacks` run beside the RhoScheduler, every round logged."""
     import lightning.pytorch as pl
     import torch
 
@@ -45,6 +48,16 @@ def run_point(world, level: str, rho0: float, inner_steps: int, rounds: int, lr:
     module.run_report.enabled = False  # the script measures the model itself; no results.md in the working folder
     data = TofuDataModule(TofuSource(str(world.data), level), str(world.tokenizer), retain_batch_size=batch,
                           forget_batch_size=batch)
+    trainer = pl.Trainer(max_steps=rounds, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, log_every_n_steps=1,
+                         accelerator="cpu",
+                         callbacks=[RhoScheduler("geometric", rho0=rho0, rate=rate, cap=None), *callbacks])
+    return module, data, trainer
+
+
+def run_point(world, level: str, rho0: float, inner_steps: int, rounds: int, lr: float, rate: float, batch: int):
+    import lightning.pytorch as pl
+
     shares: list[dict] = []
 
     class Keep(pl.Callback):
@@ -56,9 +69,7 @@ def run_point(world, level: str, rho0: float, inner_steps: int, rounds: int, lr:
                                "retain": r, "share": p / (p + r) if p + r > 0 else 0.0,
                                "forget_loss": float(m["train/forget_loss"]), "retain_loss": float(m["train/retain_loss"])})
 
-    trainer = pl.Trainer(max_steps=rounds, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, log_every_n_steps=1,
-                         accelerator="cpu", callbacks=[RhoScheduler("geometric", rho0=rho0, rate=rate, cap=None), Keep()])
+    module, data, trainer = paper_form(world, level, rho0, inner_steps, rounds, lr, rate, batch, [Keep()])
     trainer.fit(module, data)
     return module.network, data.tokenizer, shares
 
