@@ -199,9 +199,12 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
     done_file = out / "runs.jsonl"
     done: dict[str, dict] = {}
 
-    def read_done() -> None:
+    def read_done(complete_lines_only: bool = False) -> None:
         if done_file.is_file():
-            for line in done_file.read_text().splitlines():
+            text = done_file.read_text()
+            if complete_lines_only:  # another bench may be writing its line at this moment
+                text = text[:text.rfind("\n") + 1]
+            for line in text.splitlines():
                 if line.strip():
                     row = json.loads(line)
                     done[_run_key(row["world"], row["method"], row["point"], row["level"], row["seed"],
@@ -213,7 +216,7 @@ def run_bench(spec: BenchSpec, out: str | Path | None = None, only: list[str] | 
         steps = _steps(spec, method, bench.forget_size(world, level))
         key = _run_key(world.name, method.name if method else "Target", point, level, seed, steps)
         if key not in done:  # another bench on this OUT (other methods, other seeds) may have finished it since
-            read_done()
+            read_done(complete_lines_only=True)
         audit = spec.audit and phase == "test" and bench.name == "tofu"
         if key in done and audit and not done[key].get("diverged") and done[key].get(AUDITED) is None:
             started = time.perf_counter()
