@@ -4,13 +4,16 @@ names and columns, in three formats (QA pairs as JSON lines, chat messages, plai
 
 The items are TOFU's real ones (the release shipped in the package): the forget set is forget01's two authors, the
 holdout set holdout01's two, the retain set four other authors. The model has been fine-tuned on forget + retain
-for a few steps, so the forget items are ones it saw."""
+for a few steps, so the forget items are ones it saw. That model ships in tests/data/own_job_model (written by
+`python tests/own_job_files.py --ship`, which saves 150 training steps per test session) with the digest of the
+recipe that made it; a changed recipe makes the tests train it again and ask for the refresh."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+SHIPPED = Path(__file__).resolve().parent / "data" / "own_job_model"
 FILES = {"forget": "to_forget.jsonl", "retain": "keep.jsonl", "holdout": "never_seen.jsonl"}  # none of TOFU's names
 COLUMNS = {"question": "prompt", "answer": "completion"}
 
@@ -75,10 +78,43 @@ def write_model(folder: Path, steps: int = 150, seed: int = 0) -> Path:
     return folder
 
 
+def recipe_digest() -> str:
+    """What the default model depends on: the source of the recipe (this file's write_model and _items)."""
+    import hashlib
+    import inspect
+
+    return hashlib.sha256((inspect.getsource(write_model) + inspect.getsource(_items)).encode()).hexdigest()[:16]
+
+
+def shipped_is_current() -> bool:
+    return (SHIPPED / "recipe.txt").is_file() and (SHIPPED / "recipe.txt").read_text().strip() == recipe_digest()
+
+
+def model_folder(folder: Path) -> Path:
+    """The default model (write_model's 150 steps, seed 0) in `folder`: the shipped copy where it is the current
+    recipe's, else trained here."""
+    import shutil
+
+    if not shipped_is_current():
+        return write_model(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in SHIPPED.iterdir():
+        if f.name != "recipe.txt":
+            shutil.copy2(f, folder / f.name)
+    return folder
+
+
 if __name__ == "__main__":
+    import shutil
     import sys
 
-    root = Path(sys.argv[1])
-    write_model(root / "my-model")
-    for style in ("qa", "chat", "text"):
-        write_data(root / f"data_{style}", style)
+    if sys.argv[1:] == ["--ship"]:
+        shutil.rmtree(SHIPPED, ignore_errors=True)
+        write_model(SHIPPED)
+        (SHIPPED / "recipe.txt").write_text(recipe_digest() + "\n")
+        print(f"wrote {SHIPPED}")
+    else:
+        root = Path(sys.argv[1])
+        write_model(root / "my-model")
+        for style in ("qa", "chat", "text"):
+            write_data(root / f"data_{style}", style)

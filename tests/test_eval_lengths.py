@@ -2,6 +2,7 @@
 force here) and reported in the table, the JSON and a warning; and float64 models on eager attention generate
 the same answers batched as one prompt at a time (left padding turns their rows into NaN otherwise)."""
 
+import copy
 import json
 import warnings
 
@@ -68,6 +69,38 @@ def test_formatter_rejects_a_length_that_is_not_one():
     tok = type("Tok", (), {"pad_token_id": 0})()
     with pytest.raises(UserError, match="max_length must be an integer > 1"):
         QAFormatter(tok, max_length="512")
+
+
+def test_scorings_of_one_tokenizer_share_its_encodings_and_each_reports_its_cut_pairs(real_splits):
+    """Every TeacherForcedScoring of one tokenizer object and format tokenises a pair once: each one's encoding equals
+    a fresh tokenisation (per template, length and input format) and each one's formatter notes the pairs cut at
+    max_length, wherever they were first encoded; an added token starts a new memo."""
+    from lit_unlearn.metrics.tofu.scoring import TeacherForcedScoring
+
+    splits, tok = real_splits
+    pairs = [(r["question"], r["answer"]) for r in splits["forget"]] + [("", "a plain document"), ("Who?", "x " * 80)]
+    cut = 8 + max(len(QAFormatter(tok, "llama2").prompt_ids(q)) for q, _ in pairs)  # cuts answers, never a prompt
+    for template, length, input_format in (("plain", cut, "lit-unlearn"), ("llama2", 512, "lit-unlearn"),
+                                           ("plain", cut, "open-unlearning")):
+        first, second = (TeacherForcedScoring(QAFormatter(tok, template, length, input_format=input_format),
+                                              tok.pad_token_id, 8) for _ in range(2))
+        for pair in pairs:
+            first.encode(pair)
+        fresh = QAFormatter(tok, template, length, input_format=input_format)  # no memo: the brute force
+        calls = []
+        encode = second.formatter.encode
+        second.formatter.encode = lambda q, a: calls.append(q) or encode(q, a)
+        for pair in pairs:
+            got, want = second.encode(pair), fresh.encode(*pair)
+            assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+        assert calls == []  # every pair from the memo
+        assert second.formatter.truncated == first.formatter.truncated == fresh.truncated
+        assert second.truncated(pairs) == len(fresh.truncated) and (length == 512) == (not fresh.truncated)
+    tok = copy.deepcopy(tok)  # the module's tokenizer stays as it is
+    before = TeacherForcedScoring(QAFormatter(tok), tok.pad_token_id, 8).encode(("Who wrote it?", "Zorblax Q"))
+    tok.add_tokens(["Zorblax"])
+    after = TeacherForcedScoring(QAFormatter(tok), tok.pad_token_id, 8).encode(("Who wrote it?", "Zorblax Q"))
+    assert len(after["input_ids"]) < len(before["input_ids"])
 
 
 def _until_eos(ids, eos):

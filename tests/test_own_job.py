@@ -23,7 +23,7 @@ import torch
 
 from conftest import REPO, shared_folder
 from helpers import cli_here, cli_process
-from own_job_files import COLUMNS, write_data, write_model
+from own_job_files import COLUMNS, model_folder, shipped_is_current, write_data
 
 pytestmark = pytest.mark.slow
 # Test-size runs: the README's commands plus fewer steps and smaller batches (the commands themselves are unchanged).
@@ -58,12 +58,17 @@ def job(tmp_path_factory):
     with FileLock(str(folder / ".lock")):
         files = readme_files(readme_commands()[0])
         if not (folder / files["model_dir"] / "model.safetensors").is_file():
-            write_model(folder / files["model_dir"])
+            model_folder(folder / files["model_dir"])
             assert COLUMNS == {"question": "prompt", "answer": "completion"}  # the README's --columns
             write_data(folder, "qa", {r: files[r] for r in ("forget", "retain", "holdout")})
             write_data(folder / "chat", "chat")
             write_data(folder / "text", "text")
     return folder
+
+
+def test_the_shipped_model_is_the_current_recipes():
+    """Else the job fixture trains it each session (correct, but 150 steps slower)."""
+    assert shipped_is_current(), "tests/own_job_files.py's recipe changed: run `python tests/own_job_files.py --ship`"
 
 
 def finished_run(out: Path, method: str) -> dict:

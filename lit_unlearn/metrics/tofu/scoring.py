@@ -3,7 +3,7 @@
 `TeacherForcedScoring` scores (question, answer) pairs: one forward pass per distinct pair, every requested pair of
 every split in one length-sorted batch stream, and only per-token scalars kept (log p(y_t), the moments of log p
 for Min-K%++, and whether the argmax is y_t): no logits leave the batch. Each pair is tokenised once per
-evaluator (the data never changes) and scored once per run (the weights change between runs), so the split
+tokenizer and format, for all its evaluators (the data never changes), and scored once per run (the weights change between runs), so the split
 metrics and the membership attacks share it.
 
 `split_scores` is the unit for one split: truth ratio, answer probability, mean answer NLL, extraction strength
@@ -13,6 +13,7 @@ computes them, so they need no generation.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -70,6 +71,21 @@ def split_pairs(name: str, rows: list[dict]) -> list[Pair]:
     return pairs
 
 
+_ENCODINGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _shared_encodings(formatter: QAFormatter) -> dict:
+    """{pair: (its encoding, whether max_length cut it)}, shared by every scoring of the formatter's tokenizer object
+    and settings: a run's evaluators (the TOFU report, the verdict's halves, the stop rule's looks) score the same
+    items, and tokenising them again was a twentieth of a tiny demo's time. Kept beside the tokenizer object (gone
+    with it); its vocabulary size is part of the key (an added token changes how a text splits)."""
+    try:
+        key = (formatter.template, formatter.max_length, formatter.input_format, len(formatter.tokenizer))
+        return _ENCODINGS.setdefault(formatter.tokenizer, {}).setdefault(key, {})
+    except TypeError:  # a tokenizer without a size or a weak reference: this scoring's own
+        return {}
+
+
 class TeacherForcedScoring:
     """The teacher-forced pass: AnswerStats per (question, answer), computed once per run."""
 
@@ -83,13 +99,17 @@ class TeacherForcedScoring:
         self.formatter, self.batch_size = formatter, batch_size
         self.batch_tokens = batch_tokens
         self._collate = pad_collate(pad_token_id)
-        self._encoded: dict[Pair, dict[str, Tensor]] = {}  # the data never changes: tokenise once
-        self._stats: dict[Pair, AnswerStats] = {}          # one run's scores (cleared per run)
+        self._encoded = _shared_encodings(formatter)  # the data never changes: tokenise once
+        self._stats: dict[Pair, AnswerStats] = {}     # one run's scores (cleared per run)
 
     def encode(self, pair: Pair) -> dict[str, Tensor]:
         if pair not in self._encoded:
-            self._encoded[pair] = self.formatter.encode(*pair)
-        return self._encoded[pair]
+            before = len(self.formatter.truncated)
+            self._encoded[pair] = (self.formatter.encode(*pair), len(self.formatter.truncated) > before)
+        encoded, cut = self._encoded[pair]
+        if cut:  # cut where another evaluator's formatter encoded it: this one reports it too
+            self.formatter.truncated.add(pair)
+        return encoded
 
     def batch(self, pairs: list[Pair], device) -> dict[str, Tensor]:
         return {k: v.to(device) for k, v in self._collate([self.encode(p) for p in pairs]).items()}
