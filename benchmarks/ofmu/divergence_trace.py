@@ -20,26 +20,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py and the folders
 from report import command, options, publish  # benchmarks/report.py
 
-KEYS = ("ofmu/rho", "ofmu/retain_grad_norm", "ofmu/hvp_norm", "ofmu/penalty_norm", "ofmu/outer_step_norm",
-        "ofmu/inner_shift_norm", "ofmu/grad_phi_norm", "train/forget_loss", "train/retain_loss")
-
 
 def trace(world, level: str, rho0: float, inner_steps: int, rounds: int, lr: float, rate: float, batch: int):
     """(every round's logged terms, the error that ended the run or None)."""
-    import lightning.pytorch as pl
-
-    from ofmu.rho_grid import paper_form  # benchmarks/ofmu/rho_grid.py: the same point as the ρ_0 × T grid's
+    from ofmu.rho_grid import paper_form, round_log  # benchmarks/ofmu/rho_grid.py: the grid's point and its log
 
     rows: list[dict] = []
-
-    class Keep(pl.Callback):
-        def on_train_batch_end(self, trainer, pl_module, *args):
-            m = trainer.callback_metrics
-            if "ofmu/penalty_norm" in m:
-                rows.append({"round": trainer.global_step - 1, **{k.split("/")[1]: float(m[k]) for k in KEYS}})
-                print(json.dumps(rows[-1]), flush=True)
-
-    module, data, trainer = paper_form(world, level, rho0, inner_steps, rounds, lr, rate, batch, [Keep()])
+    module, data, trainer = paper_form(world, level, rho0, inner_steps, rounds, lr, rate, batch,
+                                       [round_log(rows, echo=True)])
     try:
         trainer.fit(module, data)
     except FloatingPointError as err:

@@ -55,22 +55,38 @@ def paper_form(world, level: str, rho0: float, inner_steps: int, rounds: int, lr
     return module, data, trainer
 
 
-def run_point(world, level: str, rho0: float, inner_steps: int, rounds: int, lr: float, rate: float, batch: int):
+ROUND_KEYS = ("ofmu/rho", "ofmu/retain_grad_norm", "ofmu/hvp_norm", "ofmu/penalty_norm", "ofmu/outer_step_norm",
+              "ofmu/inner_shift_norm", "ofmu/grad_phi_norm", "train/forget_loss", "train/retain_loss")
+
+
+def round_log(rows: list[dict], echo: bool = False):
+    """A callback that appends every OFMU round's logged terms to `rows` ({"round", "rho", "retain_grad_norm", ...}:
+    ROUND_KEYS less their prefix), printing each as a JSON line if `echo`."""
     import lightning.pytorch as pl
 
-    shares: list[dict] = []
-
-    class Keep(pl.Callback):
+    class RoundLog(pl.Callback):
         def on_train_batch_end(self, trainer, pl_module, *args):
             m = trainer.callback_metrics
             if "ofmu/penalty_norm" in m:
-                p, r = float(m["ofmu/penalty_norm"]), float(m["ofmu/retain_grad_norm"])
-                shares.append({"round": trainer.global_step - 1, "rho": float(m["ofmu/rho"]), "penalty": p,
-                               "retain": r, "share": p / (p + r) if p + r > 0 else 0.0,
-                               "forget_loss": float(m["train/forget_loss"]), "retain_loss": float(m["train/retain_loss"])})
+                rows.append({"round": trainer.global_step - 1,
+                             **{k.split("/")[1]: float(m[k]) for k in ROUND_KEYS if k in m}})
+                if echo:
+                    print(json.dumps(rows[-1]), flush=True)
 
-    module, data, trainer = paper_form(world, level, rho0, inner_steps, rounds, lr, rate, batch, [Keep()])
+    return RoundLog()
+
+
+def run_point(world, level: str, rho0: float, inner_steps: int, rounds: int, lr: float, rate: float, batch: int):
+    """(network, tokenizer, every round's penalty and retain-gradient norms and the penalty's share of them)."""
+    rows: list[dict] = []
+    module, data, trainer = paper_form(world, level, rho0, inner_steps, rounds, lr, rate, batch, [round_log(rows)])
     trainer.fit(module, data)
+    shares = []
+    for r in rows:
+        p, g = r["penalty_norm"], r["retain_grad_norm"]
+        shares.append({"round": r["round"], "rho": r["rho"], "penalty": p, "retain": g,
+                       "share": p / (p + g) if p + g > 0 else 0.0, "forget_loss": r["forget_loss"],
+                       "retain_loss": r["retain_loss"]})
     return module.network, data.tokenizer, shares
 
 
