@@ -3,8 +3,8 @@
 `TeacherForcedScoring` scores (question, answer) pairs: one forward pass per distinct pair, every requested pair of
 every split in one length-sorted batch stream, and only per-token scalars kept (log p(y_t), the moments of log p
 for Min-K%++, and whether the argmax is y_t): no logits leave the batch. Each pair is tokenised once per
-tokenizer and format, for all its evaluators (the data never changes), and scored once per run (the weights change between runs), so the split
-metrics and the membership attacks share it.
+tokenizer and format, for all its evaluators (the data never changes), and scored once per run (the weights change
+between runs), so the split metrics and the membership attacks share it.
 
 `split_scores` is the unit for one split: truth ratio, answer probability, mean answer NLL, extraction strength
 and exact memorisation. ES and EM are teacher-forced (the argmax at each answer position), as open-unlearning
