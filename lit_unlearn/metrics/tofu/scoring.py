@@ -77,8 +77,9 @@ _ENCODINGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def _shared_encodings(formatter: QAFormatter) -> dict:
     """{pair: (its encoding, whether max_length cut it)}, shared by every scoring of the formatter's tokenizer object
     and settings: a run's evaluators (the TOFU report, the verdict's halves, the stop rule's looks) score the same
-    items, and tokenising them again was a twentieth of a tiny demo's time. Kept beside the tokenizer object (gone
-    with it); its vocabulary size is part of the key (an added token changes how a text splits)."""
+    items, and tokenising them again cost about 3 % of a tiny demo's CPU time (docs/findings/own-job.md). Kept
+    beside the tokenizer object (gone with it); its vocabulary size is part of the key (an added token changes how a
+    text splits)."""
     try:
         key = (formatter.template, formatter.max_length, formatter.input_format, len(formatter.tokenizer))
         return _ENCODINGS.setdefault(formatter.tokenizer, {}).setdefault(key, {})
