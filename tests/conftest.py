@@ -52,13 +52,15 @@ def pytest_unconfigure(config):
 
 
 # The longest files first, so that what is left at the end of a run is short and the two workers finish together
-# (seconds each took in the README's command; every other file takes under 20). xdist's default order is by the
-# number of tests in a file, which put a 33-second one-test file last. The first three do not read the TOFU world,
-# which is built beside them where the shipped copy is not the current builder's: about 4 minutes of work before the
-# first test that needs it.
+# (test time per file, the README's command with --durations=0 on a 2-core AVX2 machine: 20-195 s for each file
+# here, at most 24 for every other). xdist's default order is by the number of tests in a file, which put a 33-second
+# one-test file last. The first three do not read the TOFU world, which is built beside them where the shipped copy
+# is not the current builder's: about 4 minutes of work before the first test that needs it.
 LONGEST_FIRST = ("test_own_job.py", "test_deepspeed.py", "test_cli_and_resume.py", "test_cluster.py",
-                 "test_tofu_demo.py", "test_holdout_world.py", "test_tofu_world.py", "test_tofu_eval_units.py",
-                 "test_preempted_resume.py", "test_distributed_shutdown.py", "test_gpu_check.py")
+                 "test_tofu_demo.py", "test_holdout_world.py", "test_bench.py", "test_tofu_world.py",
+                 "test_experiments.py", "test_tofu_data.py", "test_gpu_check.py", "test_slurm_scripts.py",
+                 "test_preempted_resume.py", "test_distributed_shutdown.py", "test_tofu_eval_units.py",
+                 "test_audit.py")
 _WORLD_BUILD: list = []
 
 
