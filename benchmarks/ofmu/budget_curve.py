@@ -12,8 +12,9 @@ where the run folder is gone). Trains nothing.
 
 from __future__ import annotations
 
-import sys
 import csv
+import math
+import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: report.py, process_pool.py, the folders
@@ -68,12 +69,14 @@ def _published_rows(path: Path, level: str) -> dict[str, dict]:
 
 
 def curve(runs: dict[int, Path], level: str) -> dict[str, list[tuple[int, float, float, float, float, str]]]:
-    """method -> [(epochs, FQ, FQ ci95, MU, MU ci95, chosen point)] in budget order."""
+    """method -> [(epochs, FQ, FQ ci95, MU, MU ci95, chosen point)] in budget order; FQ and MU are NaN where the
+    chosen point diverged on every test seed (the bench's row has no value: an empty CSV cell, "n/a" in its table)."""
     out: dict[str, list] = {}
     for epochs in sorted(runs):
         for method, row in read_budget(runs[epochs], level).items():
-            out.setdefault(method, []).append((epochs, float(row["FQ (gold)"]), float(row["FQ (gold) ci95"] or 0),
-                                               float(row["MU"]), float(row["MU ci95"] or 0),
+            fq, mu = (float(row[c]) if row[c] not in ("", "n/a") else math.nan for c in ("FQ (gold)", "MU"))
+            out.setdefault(method, []).append((epochs, fq, float(row["FQ (gold) ci95"] or 0) if fq == fq else 0.0,
+                                               mu, float(row["MU ci95"] or 0) if mu == mu else 0.0,
                                                row["hyper_parameters"]))
     return out
 
@@ -99,6 +102,9 @@ def table(points: dict[str, list], level: str) -> str:
                 cells.append("–")
                 continue
             fq, fqc, mu, muc, hp = by[e]
+            if math.isnan(fq) and math.isnan(mu):
+                cells.append(f"diverged ({_point(hp)})")
+                continue
             cells.append(f"{fq:.2g} ± {fqc:.2g} / {mu:.3f} ± {muc:.3f} ({_point(hp)})")
         paper = PAPER.get(method)
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {f'{paper[0]:.3g} / {paper[1]}' if paper and level == '01' else '–'} |")
@@ -113,6 +119,9 @@ def figure(points: dict[str, list], path: Path, level: str) -> None:
 
     fig, (ax_fq, ax_mu) = plt.subplots(1, 2, figsize=(10, 4))
     for method, pts in points.items():
+        pts = [p for p in pts if not math.isnan(p[1])]  # a diverged budget has no point to draw
+        if not pts:
+            continue
         epochs = [p[0] for p in pts]
         ax_fq.errorbar(epochs, [max(p[1], FQ_FLOOR) for p in pts], marker="o", label=method)
         ax_mu.errorbar(epochs, [p[3] for p in pts], yerr=[p[4] for p in pts], marker="o", capsize=3, label=method)
@@ -154,7 +163,10 @@ def main() -> None:
                               f"`{command}` from the benches' results (each point chosen on validation world 100 "
                               f"at its budget; mean over test worlds 0-2 ± 95 % half-width).\n\n{text}\n"
                               + (f"\n![budget curve]({args.figure.name})\n\nA forget quality below {FQ_FLOOR:g} is "
-                                 f"drawn at {FQ_FLOOR:g}.\n" if args.figure else ""))
+                                 f"drawn at {FQ_FLOOR:g}.\n" if args.figure else "")
+                              + ("\n\"diverged\": the point chosen on validation diverged (a NaN loss) on every test "
+                                 "seed, so that budget has no value and no point in the figure.\n"
+                                 if " diverged (" in text else ""))
 
 
 if __name__ == "__main__":
