@@ -291,6 +291,28 @@ def test_the_table_reads_each_methods_test_runs_at_its_chosen_point_only(tmp_pat
         assert json.loads(table["GA"]["hyper_parameters"]) == {"lr": lr} and table["Target"]["seeds"] == "2"
 
 
+def test_a_point_that_diverged_on_every_test_seed_reads_diverged_in_the_table_not_n_a(tmp_path):
+    """OFMU's paper form at 30 epochs diverged on every test seed: its row said "n/a" in every column, with no word
+    of why. A method diverged on all seeds says "diverged (n/N)" (a term defined under the table); one diverged on
+    some seeds keeps the other seeds' means and "n/a" where those lack a column."""
+    from lit_unlearn.bench.results import write_outputs
+    from lit_unlearn.bench.spec import BenchSpec, MethodSpec
+
+    spec = BenchSpec(methods=[MethodSpec(m, "lit_unlearn.modules.GAModule") for m in ("OFMU", "GA")],
+                     forget_levels=["05"], seeds=[0, 1, 2])
+    nan = {"MU": None, "band ratio": None, "FQ (gold)": None, "diverged": "the forget loss is nan at step 9"}
+    ok = {"MU": 0.6, "band ratio": 2.0, "FQ (gold)": 1e-3}
+    rows = [{"world": f"world_seed{s}", "method": m, "point": {"rho": 1e-3}, "level": "05", "seed": s,
+             "phase": "test", **values} for s in (0, 1, 2) for m, values in
+            (("Target", ok), ("OFMU", nan), ("GA", nan if s == 0 else ok))]
+    chosen = {("OFMU", "05"): ({"rho": 1e-3}, "why"), ("GA", "05"): ({"rho": 1e-3}, "why")}
+    text = write_outputs(spec, TofuBenchmark(), tmp_path, rows, chosen, "v", ["OFMU", "GA"]).read_text()
+    lines = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
+    assert lines["OFMU"].count("diverged (3/3)") == 3 and "n/a" not in lines["OFMU"]
+    assert "diverged" not in lines["GA"] and "0.6 |" in lines["GA"] and "diverged" not in lines["Target"]
+    assert "- **diverged (n/N)**:" in text
+
+
 def test_the_figures_draw_every_method_however_many_the_bench_has(tmp_path):
     """The packaged TOFU bench has 11 rows (10 methods and the target): more than one 10-colour palette."""
     from lit_unlearn.bench.results import _figure, _pareto

@@ -56,12 +56,12 @@ def test_ofmu_budget_curve_reads_each_budgets_point_in_budget_order(tmp_path):
     assert [(e, fq, fqc, mu, muc) for e, fq, fqc, mu, muc, _ in points["NPO"]] == [(3, 3e-3, 1e-3, 0.64, 0.02),
                                                                                    (30, 0.7, 0.1, 0.6, 0.01)]
     assert curve.read_budget(published, "05")["NPO"]["MU ci95"] == "0"
-    # a budget whose chosen point diverged on every test seed: empty cells in the CSV, "n/a" in the table
+    # a budget whose chosen point diverged on every test seed: empty CSV cells, "diverged (n/N)" in the table
     diverged = tmp_path / "e100.csv"
     diverged.write_text('forget_level,method,hyper_parameters,FQ (gold),FQ (gold) ci95,MU,MU ci95\n'
                         '01,NPO,"{""lr"": 0.001}",,,,\n')
     published.write_text(published.read_text().replace("| NPO | lr=0.001 | 0.64 ± 0.02 | 3.0e-03 ± 1.0e-03 |",
-                                                       "| NPO | lr=0.001 | n/a | n/a |"))
+                                                       "| NPO | lr=0.001 | diverged (3/3) | n/a |"))
     points = curve.curve({10: published, 100: diverged, 30: tmp_path / "e30"}, "01")
     assert [e for e, *_ in points["NPO"]] == [10, 30, 100]
     assert all(np.isnan(points["NPO"][i][k]) for i in (0, 2) for k in (1, 3)) and points["NPO"][1][1] == 0.7

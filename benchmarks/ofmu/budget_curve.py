@@ -70,11 +70,12 @@ def _published_rows(path: Path, level: str) -> dict[str, dict]:
 
 def curve(runs: dict[int, Path], level: str) -> dict[str, list[tuple[int, float, float, float, float, str]]]:
     """method -> [(epochs, FQ, FQ ci95, MU, MU ci95, chosen point)] in budget order; FQ and MU are NaN where the
-    chosen point diverged on every test seed (the bench's row has no value: an empty CSV cell, "n/a" in its table)."""
+    chosen point diverged on every test seed (no value: an empty CSV cell; "diverged (n/N)" or "n/a" in its table)."""
     out: dict[str, list] = {}
     for epochs in sorted(runs):
         for method, row in read_budget(runs[epochs], level).items():
-            fq, mu = (float(row[c]) if row[c] not in ("", "n/a") else math.nan for c in ("FQ (gold)", "MU"))
+            fq, mu = (math.nan if row[c] in ("", "n/a") or row[c].startswith("diverged") else float(row[c])
+                      for c in ("FQ (gold)", "MU"))
             out.setdefault(method, []).append((epochs, fq, float(row["FQ (gold) ci95"] or 0) if fq == fq else 0.0,
                                                mu, float(row["MU ci95"] or 0) if mu == mu else 0.0,
                                                row["hyper_parameters"]))

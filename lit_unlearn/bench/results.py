@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lit_unlearn.bench.spec import BenchSpec
 
-__all__ = ["write_outputs", "aggregate", "chosen_point", "shown_columns", "table_columns", "point_text"]
+__all__ = ["write_outputs", "aggregate", "chosen_point", "shown_columns", "table_columns", "table_cell", "point_text"]
 
 
 def _mean_std(values: list[float | None]) -> tuple[float | None, float | None]:
@@ -47,6 +47,8 @@ def aggregate(rows: list[dict], order: list[str], columns: list[str], chosen: di
             if not mine:
                 continue
             agg = {"level": level, "method": method, "seeds": len(mine), "point": mine[0]["point"]}
+            n_diverged = sum(1 for r in mine if r.get("diverged"))
+            agg["diverged"] = f"{n_diverged}/{len(mine)}" if n_diverged else None  # those seeds have no values
             for col in columns:
                 present = [r.get(col) for r in mine if r.get(col) is not None]
                 if any(isinstance(v, str) for v in present):  # a text column (what fails the verdict): each value
@@ -60,9 +62,13 @@ def aggregate(rows: list[dict], order: list[str], columns: list[str], chosen: di
     return out
 
 
-def _cell(mean, half_width, col) -> str:
+def table_cell(row: dict, col: str) -> str:
+    """One cell of results.md: "mean ± half-width"; "diverged (n/N)" where every seed that ran diverged (NaN loss), so
+    the reader is not left with a bare "n/a"."""
+    mean, half_width = row[col], row[col + " ci95"]
     if mean is None:
-        return "n/a"
+        n, _, of = (row.get("diverged") or "0/0").partition("/")
+        return f"diverged ({n}/{of})" if n == of != "0" else "n/a"  # otherwise a seed that ran lacks the column
     if isinstance(mean, str):
         return mean
     fmt = ".2e" if col.startswith("FQ") and abs(mean) < 1e-2 else ".3g"
@@ -126,9 +132,13 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
         for r in table:
             if r["level"] == level:
                 lines.append(f"| {r['method']} | {point_text(r['point'])} | " +
-                             " | ".join(_cell(r[c], r[c + ' ci95'], c) for c in shown) + " |")
+                             " | ".join(table_cell(r, c) for c in shown) + " |")
         lines.append("")
-    lines += ["Terms:", ""] + [f"- **{c}**: {bench.terms[c]}" for c in shown if c in bench.terms] + [""]
+    lines += ["Terms:", ""] + [f"- **{c}**: {bench.terms[c]}" for c in shown if c in bench.terms]
+    if any(r.get("diverged") for r in table):
+        lines.append("- **diverged (n/N)**: the chosen point's loss became NaN or inf on n of the N test seeds; the "
+                     "means are over the other seeds, and a cell with none reads \"diverged\"")
+    lines += [""]
     lines += ["Chosen on validation:", ""] + [f"- {m} ({bench.level_title(lv)}): {point_text(p)} ({why})"
                                              for (m, lv), (p, why) in chosen.items()]
     (out / "results.md").write_text("\n".join(lines) + "\n")
