@@ -293,8 +293,8 @@ def test_the_table_reads_each_methods_test_runs_at_its_chosen_point_only(tmp_pat
 
 def test_a_point_that_diverged_on_every_test_seed_reads_diverged_in_the_table_not_n_a(tmp_path):
     """OFMU's paper form at 30 epochs diverged on every test seed: its row said "n/a" in every column, with no word
-    of why. A method diverged on all seeds says "diverged (n/N)" (a term defined under the table); one diverged on
-    some seeds keeps the other seeds' means and "n/a" where those lack a column."""
+    of why. A method diverged on all seeds says "diverged (N/N)" (a term defined under the table); one diverged on
+    some seeds keeps the other seeds' means, and a line under the table says how many diverged."""
     from lit_unlearn.bench.results import write_outputs
     from lit_unlearn.bench.spec import BenchSpec, MethodSpec
 
@@ -310,7 +310,7 @@ def test_a_point_that_diverged_on_every_test_seed_reads_diverged_in_the_table_no
     lines = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
     assert lines["OFMU"].count("diverged (3/3)") == 3 and "n/a" not in lines["OFMU"]
     assert "diverged" not in lines["GA"] and "0.6 |" in lines["GA"] and "diverged" not in lines["Target"]
-    assert "- **diverged (n/N)**:" in text
+    assert "- **diverged (N/N)**:" in text and "- GA (forget05) diverged on 1/3 test seeds" in text
 
 
 def test_the_figures_draw_every_method_however_many_the_bench_has(tmp_path):

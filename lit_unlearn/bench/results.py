@@ -63,7 +63,7 @@ def aggregate(rows: list[dict], order: list[str], columns: list[str], chosen: di
 
 
 def table_cell(row: dict, col: str) -> str:
-    """One cell of results.md: "mean ± half-width"; "diverged (n/N)" where every seed that ran diverged (NaN loss), so
+    """One cell of results.md: "mean ± half-width"; "diverged (N/N)" where every seed that ran diverged (NaN loss), so
     the reader is not left with a bare "n/a"."""
     mean, half_width = row[col], row[col + " ci95"]
     if mean is None:
@@ -135,9 +135,12 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
                              " | ".join(table_cell(r, c) for c in shown) + " |")
         lines.append("")
     lines += ["Terms:", ""] + [f"- **{c}**: {bench.terms[c]}" for c in shown if c in bench.terms]
-    if any(r.get("diverged") for r in table):
-        lines.append("- **diverged (n/N)**: the chosen point's loss became NaN or inf on n of the N test seeds; the "
-                     "means are over the other seeds, and a cell with none reads \"diverged\"")
+    diverged_rows = [r for r in table if r.get("diverged")]  # "n/N": on n of its N test seeds
+    if any(len(set(r["diverged"].split("/"))) == 1 for r in diverged_rows):
+        lines.append("- **diverged (N/N)**: the chosen point's loss became NaN or inf on every one of the N test "
+                     "seeds, so the row has no values")
+    lines += [f"- {r['method']} ({bench.level_title(r['level'])}) diverged on {r['diverged']} test seeds: its means are "
+              "over the others" for r in diverged_rows if len(set(r["diverged"].split("/"))) == 2]
     lines += [""]
     lines += ["Chosen on validation:", ""] + [f"- {m} ({bench.level_title(lv)}): {point_text(p)} ({why})"
                                              for (m, lv), (p, why) in chosen.items()]
