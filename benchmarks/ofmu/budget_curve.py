@@ -74,12 +74,16 @@ def curve(runs: dict[int, Path], level: str) -> dict[str, list[tuple[int, float,
     out: dict[str, list] = {}
     for epochs in sorted(runs):
         for method, row in read_budget(runs[epochs], level).items():
-            fq, mu = (math.nan if row[c] in ("", "n/a") or row[c].startswith("diverged") else float(row[c])
-                      for c in ("FQ (gold)", "MU"))
-            out.setdefault(method, []).append((epochs, fq, float(row["FQ (gold) ci95"] or 0) if fq == fq else 0.0,
-                                               mu, float(row["MU ci95"] or 0) if mu == mu else 0.0,
+            out.setdefault(method, []).append((epochs, *_value(row, "FQ (gold)"), *_value(row, "MU"),
                                                row["hyper_parameters"]))
     return out
+
+
+def _value(row: dict, column: str) -> tuple[float, float]:
+    """(mean, ci95) of a column; (NaN, 0) where the chosen point diverged and the row has no value."""
+    if row[column] in ("", "n/a") or row[column].startswith("diverged"):
+        return math.nan, 0.0
+    return float(row[column]), float(row[f"{column} ci95"] or 0)
 
 
 def _point(hp: str) -> str:

@@ -47,8 +47,7 @@ def aggregate(rows: list[dict], order: list[str], columns: list[str], chosen: di
             if not mine:
                 continue
             agg = {"level": level, "method": method, "seeds": len(mine), "point": mine[0]["point"]}
-            n_diverged = sum(1 for r in mine if r.get("diverged"))
-            agg["diverged"] = f"{n_diverged}/{len(mine)}" if n_diverged else None  # those seeds have no values
+            agg["diverged"] = sum(1 for r in mine if r.get("diverged"))  # seeds whose loss became NaN: no values
             for col in columns:
                 present = [r.get(col) for r in mine if r.get(col) is not None]
                 if any(isinstance(v, str) for v in present):  # a text column (what fails the verdict): each value
@@ -67,8 +66,8 @@ def table_cell(row: dict, col: str) -> str:
     the reader is not left with a bare "n/a"."""
     mean, half_width = row[col], row[col + " ci95"]
     if mean is None:
-        n, _, of = (row.get("diverged") or "0/0").partition("/")
-        return f"diverged ({n}/{of})" if n == of != "0" else "n/a"  # otherwise a seed that ran lacks the column
+        n = row.get("diverged", 0)
+        return f"diverged ({n}/{n})" if n and n == row["seeds"] else "n/a"  # else a seed that ran lacks the column
     if isinstance(mean, str):
         return mean
     fmt = ".2e" if col.startswith("FQ") and abs(mean) < 1e-2 else ".3g"
@@ -135,12 +134,11 @@ def write_outputs(spec: BenchSpec, bench, out: Path, rows: list[dict], chosen: d
                              " | ".join(table_cell(r, c) for c in shown) + " |")
         lines.append("")
     lines += ["Terms:", ""] + [f"- **{c}**: {bench.terms[c]}" for c in shown if c in bench.terms]
-    diverged_rows = [r for r in table if r.get("diverged")]  # "n/N": on n of its N test seeds
-    if any(len(set(r["diverged"].split("/"))) == 1 for r in diverged_rows):
+    if any(r["diverged"] == r["seeds"] for r in table):
         lines.append("- **diverged (N/N)**: the chosen point's loss became NaN or inf on every one of the N test "
                      "seeds, so the row has no values")
-    lines += [f"- {r['method']} ({bench.level_title(r['level'])}) diverged on {r['diverged']} test seeds: its means are "
-              "over the others" for r in diverged_rows if len(set(r["diverged"].split("/"))) == 2]
+    lines += [f"- {r['method']} ({bench.level_title(r['level'])}) diverged on {r['diverged']}/{r['seeds']} test seeds: "
+              "its means are over the others" for r in table if 0 < r["diverged"] < r["seeds"]]
     lines += [""]
     lines += ["Chosen on validation:", ""] + [f"- {m} ({bench.level_title(lv)}): {point_text(p)} ({why})"
                                              for (m, lv), (p, why) in chosen.items()]
